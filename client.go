@@ -1,0 +1,511 @@
+package baton
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// Mode is the kind of a hold: Exclusive or Shared.
+type Mode = driver.Mode
+
+const (
+	Exclusive = driver.Exclusive
+	Shared    = driver.Shared
+)
+
+// LockInfo describes a hold (or, with Queued set, a waiting request) as the
+// store reports it.
+type LockInfo = driver.Holder
+
+// Filter selects locks for Status; zero fields select everything. Name and
+// Prefix select lock names, Owner an owner, CreatedBefore/CreatedAfter the
+// time of the grant, LeftBelow/LeftAtLeast the time left; Queued includes
+// waiting requests, Expired holds that expired but were not purged.
+type Filter = driver.Filter
+
+// Options configure a Client. The zero value works.
+type Options struct {
+	// TTL is the default lease length (15s if zero). A holder that stops
+	// renewing (it crashed, or lost the store) blocks others for up to TTL.
+	TTL time.Duration
+	// Host is recorded with every hold (os.Hostname if empty).
+	Host string
+	// MaxPoll bounds the time between two attempts of a waiting acquire: the
+	// backoff cap where the store cannot wake waiters, and the fallback poll
+	// where it can (500ms if zero). A waiting request keeps its place in the
+	// queue for 10×MaxPoll without an attempt, so a waiter that dies leaves
+	// the queue within that time.
+	MaxPoll time.Duration
+	// OnEvent, if set, is called for lease events: quickly, and never
+	// concurrently for one lease.
+	OnEvent func(Event)
+}
+
+// LockOptions configure one acquisition. A nil *LockOptions takes an
+// exclusive lock with the client's defaults.
+type LockOptions struct {
+	// Shared takes a shared lock: many shared holders at once, none
+	// together with an exclusive one.
+	Shared bool
+	// Limit > 0 takes one of Limit slots of a semaphore (a shared lock
+	// that at most Limit holders hold at once). Holders of one name should
+	// agree on the limit; each request is judged with its own.
+	Limit int
+	// TTL overrides the client's default lease length.
+	TTL time.Duration
+	// Owner identifies the holder. Empty means a new unguessable owner for
+	// this acquisition. A chosen owner groups holds (see Client.RenewOwner
+	// and Client.ReleaseOwner), and acquiring a name the owner already
+	// holds extends that hold and keeps its token. Anyone who knows an owner
+	// can renew or release its holds: keep chosen owners unguessable.
+	Owner string
+	// Meta is free-form metadata stored with the hold and shown by Status.
+	Meta map[string]string
+	// NoKeepAlive turns automatic renewal off: the lease ends, with
+	// ErrExpired, when its TTL runs out, and is then released, unless the
+	// holder calls Renew in time.
+	NoKeepAlive bool
+}
+
+// EventKind says what happened to a lease.
+type EventKind string
+
+const (
+	EventAcquired    EventKind = "acquired"
+	EventRenewed     EventKind = "renewed"
+	EventRenewFailed EventKind = "renew-failed" // will retry until the deadline
+	EventLost        EventKind = "lost"
+	EventExpired     EventKind = "expired"
+	EventReleased    EventKind = "released"
+)
+
+// Event reports a change to a lease.
+type Event struct {
+	Kind  EventKind
+	Name  string
+	Owner string
+	Token uint64
+	Err   error
+}
+
+// Client takes locks in one store. It is safe for concurrent use.
+type Client struct {
+	store  driver.Store
+	waiter driver.Waiter // nil: the store cannot wake waiters
+	opts   Options
+
+	ctx  context.Context // cancelled by Close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	leases map[driver.Key]*Lease
+	// keepalive state, guarded by mu
+	kaRunning bool
+	kaWake    chan struct{}
+	// sessions watched for stores whose holds live in a store session
+	sessions map[driver.Session]*sessionWatch
+}
+
+// New returns a Client over store, which it owns: Close closes it.
+func New(store driver.Store, opts *Options) (*Client, error) {
+	if store == nil {
+		return nil, invalid("store is nil")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.TTL == 0 {
+		o.TTL = 15 * time.Second
+	}
+	if err := checkTTL("default TTL", o.TTL); err != nil {
+		return nil, err
+	}
+	if o.MaxPoll == 0 {
+		o.MaxPoll = 500 * time.Millisecond
+	}
+	if o.MaxPoll < time.Millisecond {
+		return nil, invalid("MaxPoll %v is below 1ms", o.MaxPoll)
+	}
+	if o.Host == "" {
+		o.Host, _ = os.Hostname()
+	}
+	c := &Client{
+		store:    store,
+		opts:     o,
+		leases:   make(map[driver.Key]*Lease),
+		kaWake:   make(chan struct{}, 1),
+		sessions: make(map[driver.Session]*sessionWatch),
+	}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.waiter, _ = store.(driver.Waiter)
+	return c, nil
+}
+
+// NewOwner returns a new unguessable owner id, for LockOptions.Owner.
+func NewOwner() string { return rand.Text() }
+
+// Lock takes the lock, waiting until it is granted or ctx ends.
+func (c *Client) Lock(ctx context.Context, name string, o *LockOptions) (*Lease, error) {
+	return c.acquire(ctx, name, o, true)
+}
+
+// TryLock takes the lock if it can be granted at once, and returns
+// ErrLocked otherwise. A request is refused while others wait in the queue,
+// even if the lock is free at that moment (FIFO fairness).
+func (c *Client) TryLock(ctx context.Context, name string, o *LockOptions) (*Lease, error) {
+	return c.acquire(ctx, name, o, false)
+}
+
+// Do takes the lock (waiting as Lock does), runs fn with a context that is
+// cancelled when ctx ends or the lease may be lost, then releases the lock.
+// When the lease was lost while fn ran, the error wraps ErrLeaseLost (or
+// ErrExpired) besides fn's own error. Bound the whole with ctx's deadline.
+func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := c.Lock(ctx, name, o)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(fctx, l)
+	stop()
+	cancel(nil)
+	lost := l.Err()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	defer rcancel()
+	rerr := l.Release(rctx)
+	if lost != nil && !errors.Is(lost, ErrReleased) {
+		return errors.Join(ferr, fmt.Errorf("%w: lock %q", lost, name))
+	}
+	return errors.Join(ferr, rerr)
+}
+
+func (c *Client) request(name string, o *LockOptions, queue bool) (*driver.Request, bool, error) {
+	if o == nil {
+		o = &LockOptions{}
+	}
+	if err := checkName(name); err != nil {
+		return nil, false, err
+	}
+	req := &driver.Request{
+		Name: name, Owner: o.Owner, Mode: driver.Exclusive, TTL: c.opts.TTL,
+		Queue: queue, QueueTTL: 10 * c.opts.MaxPoll, Host: c.opts.Host, Meta: o.Meta,
+	}
+	if o.TTL != 0 {
+		if err := checkTTL("TTL", o.TTL); err != nil {
+			return nil, false, err
+		}
+		req.TTL = o.TTL
+	}
+	switch {
+	case o.Limit < 0:
+		return nil, false, invalid("semaphore limit %d is negative", o.Limit)
+	case o.Limit > 0 || o.Shared:
+		req.Mode, req.Limit = driver.Shared, o.Limit
+	}
+	if req.Owner == "" {
+		req.Owner = NewOwner()
+	} else if err := checkOwner(req.Owner); err != nil {
+		return nil, false, err
+	}
+	if err := checkMeta(o.Meta); err != nil {
+		return nil, false, err
+	}
+	return req, !o.NoKeepAlive, nil
+}
+
+func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait bool) (*Lease, error) {
+	req, keepAlive, err := c.request(name, o, wait)
+	if err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, storeErr("lock", name, ErrClosed)
+	}
+	chosenOwner := o != nil && o.Owner != ""
+	var watch driver.Watch
+	if wait && c.waiter != nil {
+		// Without a watch the wait falls back to polling, which still works.
+		if w, err := c.waiter.Watch(ctx, req); err == nil {
+			watch = w
+			defer w.Close()
+		}
+	}
+	bo := backoff{max: c.opts.MaxPoll}
+	for {
+		sent := time.Now()
+		g, err := c.store.Acquire(ctx, req)
+		if err == nil {
+			return c.newLease(req, g, sent, keepAlive), nil
+		}
+		if !errors.Is(err, driver.ErrNotGranted) || !wait {
+			if !errors.Is(err, driver.ErrNotGranted) && !chosenOwner {
+				// The store may have granted or queued the request before
+				// the error: the owner is ours alone, so undo either.
+				c.abandon(ctx, req)
+			}
+			return nil, storeErr("lock", name, err)
+		}
+		d := bo.next()
+		if busy := (*driver.Busy)(nil); errors.As(err, &busy) && busy.After > 0 && busy.After < d {
+			d = busy.After // the blocking hold expires then
+		}
+		if watch != nil {
+			wctx, cancel := context.WithTimeout(ctx, c.opts.MaxPoll)
+			_ = watch.Wait(wctx)
+			cancel()
+		} else {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			case <-c.ctx.Done():
+				t.Stop()
+			}
+		}
+		if ctx.Err() != nil || c.isClosed() {
+			c.abandon(ctx, req) // leave the queue at once
+			if ctx.Err() != nil {
+				return nil, storeErr("lock", name, context.Cause(ctx))
+			}
+			return nil, storeErr("lock", name, ErrClosed)
+		}
+	}
+}
+
+// abandon removes a request's queue entry, or a grant whose reply was lost.
+func (c *Client) abandon(ctx context.Context, req *driver.Request) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	defer cancel()
+	_, _ = c.store.Release(rctx, []driver.Key{{Name: req.Name, Owner: req.Owner}})
+}
+
+// opTimeout bounds clean-up calls made after the caller's context ended.
+func (c *Client) opTimeout() time.Duration { return min(c.opts.TTL, 5*time.Second) }
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Status lists holds (and, with f.Queued, waiting requests) matching f,
+// sorted by name, then holders before waiters, then token.
+func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
+	if f == nil {
+		f = &Filter{}
+	}
+	if f.Name != "" {
+		if err := checkName(f.Name); err != nil {
+			return nil, err
+		}
+	}
+	hs, err := c.store.List(ctx, f)
+	if err != nil {
+		return nil, storeErr("status", f.Prefix+f.Name, err)
+	}
+	out := hs[:0]
+	for _, h := range hs {
+		if match(f, &h) {
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b LockInfo) int {
+		if c := cmp.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if a.Queued != b.Queued {
+			if a.Queued {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.Token, b.Token), a.Created.Compare(b.Created))
+	})
+	return out, nil
+}
+
+func match(f *Filter, h *LockInfo) bool {
+	switch {
+	case f.Name != "" && h.Name != f.Name,
+		len(h.Name) < len(f.Prefix) || h.Name[:len(f.Prefix)] != f.Prefix,
+		f.Owner != "" && h.Owner != f.Owner,
+		h.Queued && !f.Queued,
+		!f.Expired && h.Expires != (time.Time{}) && h.Left <= 0,
+		!f.CreatedBefore.IsZero() && !h.Created.Before(f.CreatedBefore),
+		!f.CreatedAfter.IsZero() && !h.Created.After(f.CreatedAfter),
+		f.LeftBelow > 0 && !(h.Expires != (time.Time{}) && h.Left < f.LeftBelow),
+		f.LeftAtLeast > 0 && h.Expires != (time.Time{}) && h.Left < f.LeftAtLeast:
+		return false
+	}
+	return true
+}
+
+// Purge deletes holds and queue entries that expired without being
+// released (their holders died) and returns them. Expired holds never
+// block anyone, so purging only saves space. Fencing counters are kept.
+func (c *Client) Purge(ctx context.Context) ([]LockInfo, error) {
+	hs, err := c.store.Purge(ctx)
+	if err != nil {
+		return nil, storeErr("purge", "", err)
+	}
+	return hs, nil
+}
+
+// RenewOwner renews every hold of owner for ttl (its lock-id group, in
+// mongo-lock's terms) and returns them as renewed. Holds that could not be
+// renewed are missing from the result: compare it with what you expect, and
+// treat every hold of the group as lost if one is missing.
+func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration) ([]LockInfo, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, err
+	}
+	if err := checkTTL("TTL", ttl); err != nil {
+		return nil, err
+	}
+	hs, err := c.store.List(ctx, &driver.Filter{Owner: owner})
+	if err != nil {
+		return nil, storeErr("renew owner", owner, err)
+	}
+	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Queued || h.Left <= 0 || h.Owner != owner })
+	holds := make([]driver.Hold, len(hs))
+	for i, h := range hs {
+		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}
+	}
+	sent := time.Now()
+	gs, err := c.store.Renew(ctx, holds)
+	if err != nil {
+		return nil, storeErr("renew owner", owner, err)
+	}
+	out := hs[:0]
+	for i, g := range gs {
+		if g == nil {
+			continue
+		}
+		h := hs[i]
+		h.TTL, h.Renewed, h.Expires, h.Left = ttl, g.Renewed, g.Expires, ttl
+		out = append(out, h)
+		if l := c.lease(driver.Key{Name: h.Name, Owner: owner}); l != nil {
+			l.renewed(g, sent, ttl)
+		}
+	}
+	return out, nil
+}
+
+// ReleaseOwner releases every hold and queued request of owner and returns
+// the holds it released.
+func (c *Client) ReleaseOwner(ctx context.Context, owner string) ([]LockInfo, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, err
+	}
+	hs, err := c.store.List(ctx, &driver.Filter{Owner: owner, Queued: true})
+	if err != nil {
+		return nil, storeErr("release owner", owner, err)
+	}
+	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Owner != owner })
+	keys := make([]driver.Key, len(hs))
+	for i, h := range hs {
+		keys[i] = driver.Key{Name: h.Name, Owner: owner}
+	}
+	held, err := c.store.Release(ctx, keys)
+	if err != nil {
+		return nil, storeErr("release owner", owner, err)
+	}
+	out := hs[:0]
+	for i, h := range hs {
+		if l := c.lease(keys[i]); l != nil {
+			l.end(ErrReleased, false)
+		}
+		if held[i] {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// Release releases owner's hold of name, whoever holds that owner: it is
+// meant for administrators, as a way out for a lock whose holder is stuck.
+// The holder is not told until its next renewal fails. It returns ErrNotHeld
+// if owner held nothing.
+func (c *Client) Release(ctx context.Context, name, owner string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkOwner(owner); err != nil {
+		return err
+	}
+	k := driver.Key{Name: name, Owner: owner}
+	held, err := c.store.Release(ctx, []driver.Key{k})
+	if err != nil {
+		return storeErr("release", name, err)
+	}
+	if l := c.lease(k); l != nil {
+		l.end(ErrReleased, false)
+	}
+	if !held[0] {
+		return storeErr("release", name, ErrNotHeld)
+	}
+	return nil
+}
+
+func (c *Client) lease(k driver.Key) *Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leases[k]
+}
+
+// Close releases every lease the client holds (waiting at most a few
+// seconds for the store), stops its goroutines and closes the store.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.stop()
+	ls := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	if len(ls) > 0 {
+		keys := make([]driver.Key, len(ls))
+		for i, l := range ls {
+			keys[i] = l.key
+			l.end(ErrReleased, false)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout())
+		_, _ = c.store.Release(ctx, keys)
+		cancel()
+	}
+	c.wg.Wait()
+	return c.store.Close()
+}
+
+// backoff is capped exponential backoff with full jitter, starting at 1ms.
+type backoff struct {
+	n   int
+	max time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	d := time.Millisecond << min(b.n, 20)
+	b.n++
+	d = min(d, b.max)
+	return d/2 + mrand.N(d/2+1)
+}

@@ -1,0 +1,54 @@
+// Package baton gives Go programs distributed locks and leases with one API
+// over many stores: exclusive and shared locks, semaphores of N, leader
+// elections, and run-a-function-under-a-lock, each grant carrying a fencing
+// token.
+//
+//	client, err := baton.Open(ctx, "sqlite:///var/lib/app/locks.db", nil)
+//	lease, err := client.Lock(ctx, "nightly-report", nil)
+//	defer lease.Release(ctx)
+//	// ... work, passing lease.Token() to every system the work writes to,
+//	// and stopping when <-lease.Done() fires.
+//
+// # Guarantees
+//
+// A lease is valid until its Deadline, judged on the holder's own monotonic
+// clock from the moment the request that granted or renewed it was sent.
+// Because the store starts counting the TTL no earlier than that moment, by
+// its own clock, and only grants the lock to another owner once the TTL has
+// run out, a holder that stops when Done fires (or checks Err before acting)
+// never overlaps a later holder, as long as the two clocks run at the same
+// rate within 1% (the deadline keeps that margin). A process paused longer
+// than its TTL (a long GC pause, SIGSTOP, a VM migration) can still act on a
+// lease that ended while it was paused: that is what fencing tokens are for.
+// Every grant of a name carries a token larger than every earlier grant of
+// that name; a resource that remembers the largest token it has seen and
+// refuses smaller ones is safe even then.
+//
+// Leases are kept alive by one goroutine per Client, which renews every
+// lease that is due (or nearly due) in one call to the store, so keepalive
+// cost grows with the number of round trips, not of leases, where the store
+// takes one request for many. Stores whose holds live in a store session
+// (ZooKeeper, etcd) keep that session alive themselves.
+//
+// Blocking acquisitions queue in the store in FIFO order: a request is
+// granted only when no request ahead of it in the queue could be, and a
+// queued exclusive request keeps later shared ones out, so writers are not
+// starved. Waiters are woken by the store where it can notify (see
+// driver.Waiter); elsewhere they poll with jittered exponential backoff,
+// never more often than needed and never less often than Options.MaxPoll.
+//
+// # Design
+//
+// The portable type is Client; stores implement the small interface in
+// package driver (Acquire, Renew, Release, List, Purge), each call one
+// atomic decision taken with the store's clock. Stores that can update one
+// record atomically (a transaction, a compare-and-swap, a mutex) evaluate
+// the grant rules with package lockstate; stores that decide on the server
+// (SQL functions, Lua scripts) implement the same rules there; stores with
+// their own queue recipe (ZooKeeper's sequential nodes, etcd's revisions)
+// implement the rules natively. Package drivertest is the conformance suite
+// every store passes. Stores are chosen by URL through Register and Open, as
+// database/sql does: mem:// is built in; sqlite:// is in
+// github.com/baton-go/baton/sqlite, each other store in a module of its own,
+// so that importing one store does not download the others.
+package baton

@@ -1,0 +1,202 @@
+// Package driver is the contract between baton's portable lock API and the
+// stores behind it. Users of baton do not need it; authors of a new store do.
+//
+// A store implements [Store]: one atomic decision per call, made with the
+// store's own clock. Everything else (waiting, keepalive, deadlines judged on
+// the holder's monotonic clock, elections, run-under-lock, groups, input
+// validation) is written once in package baton on top of it.
+//
+// # What a store must provide
+//
+//   - Acquire: in one atomic step, drop expired holders and queue entries of
+//     the name, then grant the request if the grant rules allow it (see
+//     package lockstate, which implements them for stores that evaluate
+//     them in Go), handing out a fencing token that is larger than every
+//     token handed out for that name before, for the life of the store.
+//     If the request is not granted and Request.Queue is set, the request
+//     joins (or refreshes its place in) the name's FIFO queue.
+//   - Renew, Release: act only on the hold of the given owner, and only while
+//     it is still held: a renewal or release that comes after the hold
+//     expired, or after another owner was granted the lock, changes nothing.
+//   - List, Purge: read and clean up.
+//
+// Expiry is judged by the store's clock (SQL now(), Redis TIME, commit
+// timestamps, the machine's monotonic clock for SQLite), never by comparing
+// clocks of different client machines. Stores whose holds live as long as a
+// store session (ZooKeeper's ephemeral nodes, etcd's leases) report that in
+// Grant.Session and keep that session alive themselves.
+//
+// A store that can wake waiters (LISTEN/NOTIFY, pub/sub, watches) also
+// implements [Waiter]; baton otherwise polls with jittered exponential
+// backoff.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode is the kind of a hold.
+type Mode uint8
+
+const (
+	// Exclusive holds exclude every other hold on the name.
+	Exclusive Mode = 1
+	// Shared holds coexist with other shared holds, up to the request's
+	// Limit when it is above zero, and never with an exclusive hold.
+	Shared Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Request asks for a hold of Name by Owner. baton validates every field
+// before a store sees it.
+type Request struct {
+	Name  string
+	Owner string // unguessable unless the user chose it; identifies the hold
+	Mode  Mode
+	// Limit, for Shared, is the most holders the requester accepts at once
+	// (a semaphore of Limit); 0 means no limit.
+	Limit int
+	TTL   time.Duration
+	// Queue makes a request that is not granted join the name's FIFO queue,
+	// or refresh its place in it, for QueueTTL.
+	Queue    bool
+	QueueTTL time.Duration
+	Host     string
+	Meta     map[string]string
+}
+
+// Key names one hold (or queue entry).
+type Key struct {
+	Name  string
+	Owner string
+}
+
+// Hold is a key with the TTL to renew it for.
+type Hold struct {
+	Name  string
+	Owner string
+	TTL   time.Duration
+}
+
+// Grant describes a hold as granted or renewed.
+type Grant struct {
+	Token   uint64    // fencing token; unchanged by renewals and re-acquires
+	Created time.Time // when the owner was first granted this hold (store clock)
+	Renewed time.Time // store clock
+	Expires time.Time // store clock; zero when the hold lives as long as Session
+	// Extended is set when the owner already held the name and the request
+	// only extended it.
+	Extended bool
+	// Session, when not nil, is the store session the hold lives in: the hold
+	// may be lost as soon as Session.Done is closed, and baton does not renew
+	// it (the store keeps its session alive).
+	Session Session
+}
+
+// Session is a store session that holds live in (see Grant.Session).
+type Session interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Holder describes a hold or queue entry, for listings.
+type Holder struct {
+	Name    string
+	Owner   string
+	Mode    Mode
+	Limit   int
+	Token   uint64 // zero for queue entries
+	Queued  bool   // a waiter, not a holder
+	Host    string
+	Meta    map[string]string
+	TTL     time.Duration
+	Created time.Time
+	Renewed time.Time
+	Expires time.Time // zero when the hold lives as long as a store session
+	// Left is the time the hold had left by the store's clock when listed;
+	// zero or below means expired.
+	Left time.Duration
+}
+
+// Filter selects holders. Stores must honour Name, Prefix and Owner; baton
+// applies the remaining fields itself, so stores may ignore them.
+type Filter struct {
+	Name          string
+	Prefix        string
+	Owner         string
+	CreatedBefore time.Time
+	CreatedAfter  time.Time
+	LeftBelow     time.Duration // only holds with less than this left (0: any)
+	LeftAtLeast   time.Duration // only holds with at least this left (0: any)
+	Queued        bool          // include queue entries
+	Expired       bool          // include expired holds not yet purged
+}
+
+// Store is implemented by every backend.
+type Store interface {
+	// Acquire grants req or returns an error satisfying
+	// errors.Is(err, ErrNotGranted). An owner that already holds the name in
+	// the same mode has its hold extended (Grant.Extended); in another mode,
+	// ErrModeConflict.
+	Acquire(ctx context.Context, req *Request) (*Grant, error)
+	// Renew extends each hold that its owner still holds; the result has one
+	// entry per hold, nil where the hold is no longer held.
+	Renew(ctx context.Context, holds []Hold) ([]*Grant, error)
+	// Release removes each hold or queue entry; the result tells, per key,
+	// whether a hold (not merely a queue entry) was released.
+	Release(ctx context.Context, keys []Key) ([]bool, error)
+	// List returns holders matching f.
+	List(ctx context.Context, f *Filter) ([]Holder, error)
+	// Purge deletes expired holds and queue entries and returns them.
+	// Fencing counters are never purged.
+	Purge(ctx context.Context) ([]Holder, error)
+	Close() error
+}
+
+// Waiter is implemented by stores that can wake a waiting acquirer.
+type Waiter interface {
+	// Watch starts observing req.Name on behalf of req. It is called once per
+	// blocking acquire, before the first attempt.
+	Watch(ctx context.Context, req *Request) (Watch, error)
+}
+
+// Watch wakes one waiting acquirer.
+type Watch interface {
+	// Wait returns when an attempt of the request may now succeed, or when
+	// ctx ends. It must not miss a change that happened after the previous
+	// Wait returned (or after Watch, for the first call): a wake-up that
+	// arrives between an attempt and the following Wait makes Wait return at
+	// once. Spurious returns are allowed.
+	Wait(ctx context.Context) error
+	Close() error
+}
+
+// ErrNotGranted reports that a request was not granted because of other
+// holders or of waiters ahead of it.
+var ErrNotGranted = errors.New("not granted")
+
+// ErrModeConflict reports that the owner already holds the name in another
+// mode or with another limit.
+var ErrModeConflict = errors.New("owner already holds this name in another mode")
+
+// Busy is the error a store returns when a request is not granted. After,
+// when above zero, is how long until the earliest blocking hold expires by
+// the store's clock: a polling waiter need not retry sooner.
+type Busy struct{ After time.Duration }
+
+func (b *Busy) Error() string { return ErrNotGranted.Error() }
+
+// Is makes errors.Is(b, ErrNotGranted) true.
+func (b *Busy) Is(target error) bool { return target == ErrNotGranted }

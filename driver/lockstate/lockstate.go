@@ -1,0 +1,242 @@
+// Package lockstate holds the state of one lock name (its holders, its FIFO
+// queue and its fencing counter) and the grant rules that change it. Stores
+// that can read, change and write back one record atomically (a transaction,
+// a compare-and-swap on a version, a mutex) use it so that the rules are
+// written once; stores that decide on the server (SQL functions, Lua
+// scripts) implement the same rules there and pass the same conformance
+// suite.
+//
+// The grant rules, with expired holders and queue entries dropped first:
+//
+//   - An owner that already holds the name re-acquires it: the hold is
+//     extended and keeps its token (a different mode or limit is refused).
+//   - Exclusive: granted when there are no holders and no live queue entry
+//     ahead of the request.
+//   - Shared with limit L (0: none): granted when no exclusive hold exists,
+//     no exclusive request is queued ahead, and, for L > 0, the holders plus
+//     the shared requests queued ahead number fewer than L. A queued
+//     exclusive request therefore blocks later shared ones: writers are not
+//     starved.
+//   - A request that is not yet queued is behind every queued one.
+//
+// Every grant takes the next value of the name's counter as its fencing
+// token; the counter only grows, and outlives holders, queue and purges.
+package lockstate
+
+import (
+	"maps"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// State is everything stored for one lock name.
+type State struct {
+	Seq     uint64  `json:"seq"`    // last fencing token handed out
+	Ticket  uint64  `json:"ticket"` // last queue ticket handed out
+	Holders []Entry `json:"holders,omitempty"`
+	Queue   []Entry `json:"queue,omitempty"` // in ticket order
+	// Dirty is set by every method that changes the state, so that a store
+	// writes back only what changed. The store clears it.
+	Dirty bool `json:"-"`
+}
+
+// Entry is one holder or queue entry.
+type Entry struct {
+	Owner   string            `json:"owner"`
+	Mode    driver.Mode       `json:"mode"`
+	Limit   int               `json:"limit,omitempty"`
+	Token   uint64            `json:"token"` // fencing token, or queue ticket
+	Host    string            `json:"host,omitempty"`
+	Meta    map[string]string `json:"meta,omitempty"`
+	TTL     time.Duration     `json:"ttl"`
+	Created time.Time         `json:"created"`
+	Renewed time.Time         `json:"renewed"`
+	Expires time.Time         `json:"expires"`
+}
+
+// Expire drops holders and queue entries whose time is up at now and
+// returns the holders it dropped (not the queue entries).
+func (s *State) Expire(name string, now time.Time) []driver.Holder {
+	var gone []driver.Holder
+	keep := s.Holders[:0]
+	for _, e := range s.Holders {
+		if now.Before(e.Expires) {
+			keep = append(keep, e)
+		} else {
+			gone = append(gone, e.holder(name, false, now))
+		}
+	}
+	clear(s.Holders[len(keep):])
+	s.Holders = keep
+	q := s.Queue[:0]
+	for _, e := range s.Queue {
+		if now.Before(e.Expires) {
+			q = append(q, e)
+		}
+	}
+	clear(s.Queue[len(q):])
+	if len(gone) > 0 || len(q) != len(s.Queue) {
+		s.Dirty = true
+	}
+	s.Queue = q
+	return gone
+}
+
+// Acquire applies req at now. It returns the grant, or an error satisfying
+// errors.Is(err, driver.ErrNotGranted) or driver.ErrModeConflict.
+func (s *State) Acquire(req *driver.Request, now time.Time) (*driver.Grant, error) {
+	s.Expire(req.Name, now)
+	if i := find(s.Holders, req.Owner); i >= 0 {
+		h := &s.Holders[i]
+		if h.Mode != req.Mode || h.Limit != req.Limit {
+			return nil, driver.ErrModeConflict
+		}
+		h.TTL, h.Renewed, h.Expires = req.TTL, now, now.Add(req.TTL)
+		h.Host, h.Meta = req.Host, maps.Clone(req.Meta)
+		s.Dirty = true
+		g := h.grant()
+		g.Extended = true
+		return g, nil
+	}
+	qi := find(s.Queue, req.Owner)
+	ahead := s.Queue
+	if qi >= 0 {
+		ahead = s.Queue[:qi]
+	}
+	if s.grantable(req, ahead) {
+		if qi >= 0 {
+			s.Queue = append(s.Queue[:qi], s.Queue[qi+1:]...)
+		}
+		s.Seq++
+		s.Holders = append(s.Holders, Entry{
+			Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: s.Seq,
+			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.TTL,
+			Created: now, Renewed: now, Expires: now.Add(req.TTL),
+		})
+		s.Dirty = true
+		return s.Holders[len(s.Holders)-1].grant(), nil
+	}
+	if req.Queue {
+		if qi >= 0 {
+			// Refresh only when half the entry's time is used, so that a
+			// waiter that polls often does not write each time.
+			q := &s.Queue[qi]
+			if q.Expires.Sub(now) < req.QueueTTL/2 {
+				q.Expires, q.Renewed = now.Add(req.QueueTTL), now
+				s.Dirty = true
+			}
+		} else {
+			s.Ticket++
+			s.Queue = append(s.Queue, Entry{
+				Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: s.Ticket,
+				Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.QueueTTL,
+				Created: now, Renewed: now, Expires: now.Add(req.QueueTTL),
+			})
+			s.Dirty = true
+		}
+	}
+	return nil, &driver.Busy{After: s.retryAfter(now)}
+}
+
+func (s *State) grantable(req *driver.Request, ahead []Entry) bool {
+	if req.Mode == driver.Exclusive {
+		return len(s.Holders) == 0 && len(ahead) == 0
+	}
+	for _, h := range s.Holders {
+		if h.Mode == driver.Exclusive {
+			return false
+		}
+	}
+	for _, q := range ahead {
+		if q.Mode == driver.Exclusive {
+			return false
+		}
+	}
+	return req.Limit == 0 || len(s.Holders)+len(ahead) < req.Limit
+}
+
+// retryAfter is how long until the first holder expires: a poller that is
+// not woken by the store need not look again sooner than that, unless a
+// holder releases early.
+func (s *State) retryAfter(now time.Time) time.Duration {
+	var d time.Duration
+	for i, h := range s.Holders {
+		if left := h.Expires.Sub(now); i == 0 || left < d {
+			d = left
+		}
+	}
+	return d
+}
+
+// Renew extends owner's hold to now+ttl; nil if owner holds nothing.
+func (s *State) Renew(name, owner string, ttl time.Duration, now time.Time) *driver.Grant {
+	s.Expire(name, now)
+	i := find(s.Holders, owner)
+	if i < 0 {
+		return nil
+	}
+	h := &s.Holders[i]
+	h.TTL, h.Renewed, h.Expires = ttl, now, now.Add(ttl)
+	s.Dirty = true
+	return h.grant()
+}
+
+// Release removes owner's hold and queue entry; it reports whether a live
+// hold was removed.
+func (s *State) Release(name, owner string, now time.Time) bool {
+	s.Expire(name, now)
+	if i := find(s.Queue, owner); i >= 0 {
+		s.Queue = append(s.Queue[:i], s.Queue[i+1:]...)
+		s.Dirty = true
+	}
+	i := find(s.Holders, owner)
+	if i < 0 {
+		return false
+	}
+	s.Holders = append(s.Holders[:i], s.Holders[i+1:]...)
+	s.Dirty = true
+	return true
+}
+
+// Idle reports whether nothing holds or waits for the name. An idle state
+// may be stored compactly, but its counters must be kept.
+func (s *State) Idle() bool { return len(s.Holders) == 0 && len(s.Queue) == 0 }
+
+// List returns the holders and queue entries of the name as seen at now,
+// expired ones included (Left ≤ 0), without changing the state.
+func (s *State) List(name string, now time.Time) []driver.Holder {
+	out := make([]driver.Holder, 0, len(s.Holders)+len(s.Queue))
+	for _, e := range s.Holders {
+		out = append(out, e.holder(name, false, now))
+	}
+	for _, e := range s.Queue {
+		out = append(out, e.holder(name, true, now))
+	}
+	return out
+}
+
+func (e *Entry) grant() *driver.Grant {
+	return &driver.Grant{Token: e.Token, Created: e.Created, Renewed: e.Renewed, Expires: e.Expires}
+}
+
+func (e *Entry) holder(name string, queued bool, now time.Time) driver.Holder {
+	h := driver.Holder{
+		Name: name, Owner: e.Owner, Mode: e.Mode, Limit: e.Limit, Queued: queued,
+		Host: e.Host, Meta: maps.Clone(e.Meta), TTL: e.TTL,
+		Created: e.Created, Renewed: e.Renewed, Expires: e.Expires, Left: e.Expires.Sub(now),
+	}
+	if !queued {
+		h.Token = e.Token
+	}
+	return h
+}
+
+func find(es []Entry, owner string) int {
+	for i := range es {
+		if es[i].Owner == owner {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,3 @@
+module github.com/baton-go/baton
+
+go 1.24

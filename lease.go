@@ -1,0 +1,294 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// Lease is one granted hold. Its methods are safe for concurrent use.
+type Lease struct {
+	c         *Client
+	key       driver.Key
+	mode      driver.Mode
+	limit     int
+	keepAlive bool
+	token     uint64
+	session   driver.Session // non-nil: lives in a store session
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	info     LockInfo  // as last granted or renewed
+	deadline time.Time // local monotonic; zero: none (session-bound)
+	renewAt  time.Time // when keepalive renews next
+	timer    *time.Timer
+	err      error
+}
+
+// margin is how much earlier than the store a holder gives up: room for
+// the holder's and the store's clocks to run at rates up to 1% apart.
+func margin(ttl time.Duration) time.Duration { return max(ttl/100, time.Millisecond) }
+
+func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, keepAlive bool) *Lease {
+	k := driver.Key{Name: req.Name, Owner: req.Owner}
+	c.mu.Lock()
+	if l := c.leases[k]; l != nil && !g.Extended {
+		// The store granted anew what this client thought it held: the old
+		// lease ended in the store before its deadline here (an
+		// administrator released it).
+		c.mu.Unlock()
+		l.end(ErrLeaseLost, false)
+		c.mu.Lock()
+	}
+	if l := c.leases[k]; l != nil && g.Extended {
+		c.mu.Unlock()
+		l.mu.Lock()
+		l.info.Host, l.info.Meta = req.Host, maps.Clone(req.Meta)
+		l.mu.Unlock()
+		l.renewed(g, sent, req.TTL)
+		return l
+	}
+	l := &Lease{
+		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive,
+		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: req.TTL,
+		info: LockInfo{
+			Name: req.Name, Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: g.Token,
+			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.TTL,
+			Created: g.Created, Renewed: g.Renewed, Expires: g.Expires,
+		},
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	c.leases[k] = l
+	c.mu.Unlock()
+
+	l.mu.Lock()
+	if g.Session == nil || !keepAlive {
+		l.setDeadline(sent.Add(req.TTL - margin(req.TTL)))
+	}
+	l.mu.Unlock()
+	if g.Session != nil {
+		c.watchSession(g.Session)
+	} else if keepAlive {
+		l.mu.Lock()
+		l.renewAt = sent.Add(req.TTL / 3)
+		l.mu.Unlock()
+		c.startKeepalive()
+	}
+	c.emit(Event{Kind: EventAcquired, Name: k.Name, Owner: k.Owner, Token: g.Token})
+	return l
+}
+
+// setDeadline (re)arms the timer that ends the lease. l.mu is held.
+func (l *Lease) setDeadline(d time.Time) {
+	l.deadline = d
+	if l.timer == nil {
+		l.timer = time.AfterFunc(time.Until(d), l.expire)
+	} else {
+		l.timer.Reset(time.Until(d))
+	}
+}
+
+func (l *Lease) expire() {
+	l.mu.Lock()
+	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
+	l.mu.Unlock()
+	if early {
+		return
+	}
+	if l.keepAlive {
+		l.end(ErrLeaseLost, true)
+	} else {
+		l.end(ErrExpired, true)
+	}
+}
+
+// renewed records a successful renewal sent at sent.
+func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.ttl = ttl
+	l.info.TTL, l.info.Renewed, l.info.Expires = ttl, g.Renewed, g.Expires
+	if l.session == nil || !l.keepAlive {
+		l.setDeadline(sent.Add(ttl - margin(ttl)))
+	}
+	l.renewAt = sent.Add(ttl / 3)
+}
+
+// end ends the lease with err (first caller wins). With release set, it
+// also releases the hold in the store, in case the store still has it.
+func (l *Lease) end(err error, release bool) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.done)
+	l.cancel(err)
+	l.mu.Unlock()
+
+	c := l.c
+	c.mu.Lock()
+	if c.leases[l.key] == l {
+		delete(c.leases, l.key)
+	}
+	c.mu.Unlock()
+	if l.session != nil {
+		c.unwatchSession(l.session)
+	}
+	if release {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout())
+		_, _ = c.store.Release(ctx, []driver.Key{l.key})
+		cancel()
+	}
+	kind := EventReleased
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		kind = EventLost
+	case errors.Is(err, ErrExpired):
+		kind = EventExpired
+	}
+	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
+}
+
+// Name is the lock's name.
+func (l *Lease) Name() string { return l.key.Name }
+
+// Owner is the owner id the hold was granted to.
+func (l *Lease) Owner() string { return l.key.Owner }
+
+// Token is the fencing token: larger than the token of every earlier grant
+// of this name, by any owner. Pass it to whatever the lock protects.
+func (l *Lease) Token() uint64 { return l.token }
+
+// Mode is Exclusive or Shared; Limit is the semaphore limit (0: none).
+func (l *Lease) Mode() Mode { return l.mode }
+
+// Limit is the semaphore limit the lease was taken with (0: none).
+func (l *Lease) Limit() int { return l.limit }
+
+// TTL is the lease length.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// Info describes the hold as last granted or renewed (store times).
+func (l *Lease) Info() LockInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := l.info
+	i.Meta = maps.Clone(i.Meta)
+	if !i.Expires.IsZero() {
+		i.Left = time.Until(l.deadline)
+	}
+	return i
+}
+
+// Deadline is the time, on this machine's clock, until which the lease is
+// certainly held; it moves with every renewal. Zero for a lease that lives
+// as long as its store session.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Done is closed when the lease ends: released, lost, or expired.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Context returns a context that is cancelled when the lease ends; its
+// cause is the lease's Err.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease is held, and says why once it ended:
+// ErrReleased, ErrLeaseLost or ErrExpired (or a store session's error).
+// It reads the clock, so it is exact even if Done has not fired yet.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if !l.deadline.IsZero() && !time.Now().Before(l.deadline) {
+		if l.keepAlive {
+			return ErrLeaseLost
+		}
+		return ErrExpired
+	}
+	return nil
+}
+
+// Renew extends the lease by its TTL now. Keepalive does this on its own
+// unless the lease was taken with NoKeepAlive. It returns ErrNotHeld if the
+// store no longer has the hold (the lease then ends with ErrLeaseLost).
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return storeErr("renew", l.key.Name, ErrNotHeld)
+	}
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	sent := time.Now()
+	gs, err := l.c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl}})
+	if err != nil {
+		return storeErr("renew", l.key.Name, err)
+	}
+	if gs[0] == nil {
+		l.end(ErrLeaseLost, false)
+		return storeErr("renew", l.key.Name, ErrNotHeld)
+	}
+	l.renewed(gs[0], sent, ttl)
+	l.c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token})
+	return nil
+}
+
+// Release releases the hold if it is still held, and does nothing
+// otherwise. It fails only if the store could not be reached, and even then
+// the lease ends here and the store lets the hold expire.
+func (l *Lease) Release(ctx context.Context) error {
+	err := l.ReleaseStrict(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		return nil
+	}
+	return err
+}
+
+// ReleaseStrict is Release that returns ErrNotHeld when nothing was held:
+// the lease had already ended, or the store no longer had the hold
+// (es-distributed-lock's MustRelease).
+func (l *Lease) ReleaseStrict(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		l.end(err, false) // the deadline may have passed before the timer fired
+		return storeErr("release", l.key.Name, ErrNotHeld)
+	}
+	held, err := l.c.store.Release(ctx, []driver.Key{l.key})
+	l.end(ErrReleased, false)
+	switch {
+	case err != nil:
+		return storeErr("release", l.key.Name, err)
+	case !held[0]:
+		return storeErr("release", l.key.Name, ErrNotHeld)
+	}
+	return nil
+}
+
+func (c *Client) emit(e Event) {
+	if c.opts.OnEvent != nil {
+		c.opts.OnEvent(e)
+	}
+}
