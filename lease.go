@@ -136,11 +136,21 @@ func (l *Lease) end(err error, release bool) {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	close(l.done)
-	l.cancel(err)
 	l.mu.Unlock()
 
 	c := l.c
+	kind := EventReleased
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		kind = EventLost
+	case errors.Is(err, ErrExpired):
+		kind = EventExpired
+	}
+	// The event comes first, so that whoever wakes on Done finds it.
+	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
+	close(l.done)
+	l.cancel(err)
+
 	c.mu.Lock()
 	if c.leases[l.key] == l {
 		delete(c.leases, l.key)
@@ -154,14 +164,6 @@ func (l *Lease) end(err error, release bool) {
 		_, _ = c.store.Release(ctx, []driver.Key{l.key})
 		cancel()
 	}
-	kind := EventReleased
-	switch {
-	case errors.Is(err, ErrLeaseLost):
-		kind = EventLost
-	case errors.Is(err, ErrExpired):
-		kind = EventExpired
-	}
-	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
 }
 
 // Name is the lock's name.

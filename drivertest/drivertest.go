@@ -1,10 +1,34 @@
-// Package drivertest is baton's conformance suite: every store's tests call
-// Run with a way to open clients of that store.
+// Package drivertest is baton's conformance suite. Every store's tests call
+// Run with a way to open clients of that store; the suite then checks,
+// through baton's portable API and, where a crash must be simulated, through
+// the driver directly:
+//
+//   - exclusive, shared and semaphore locks, FIFO order and writer
+//     preference, re-acquire by the same owner, owner groups, status and
+//     purge;
+//   - mutual exclusion and strictly increasing fencing tokens under
+//     contention, with holders that lose their store and are taken over
+//     (see History);
+//   - expiry of a holder that stops renewing, whose late renew and release
+//     change nothing; lost-lease notification before anyone else can be
+//     granted; cancellation of a wait; elections; run-under-lock;
+//   - bad input and odd names; no goroutine left after Close.
 package drivertest
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 )
 
@@ -14,12 +38,1076 @@ type Config struct {
 	// store under test. Every call must reach the same backing store, so
 	// that locks taken through one client are seen by all others.
 	Open func(t testing.TB) driver.Store
-	// Slow multiplies the suite's timeouts and TTLs, for stores whose
-	// round trips are slow (default 1).
+	// Slow multiplies the suite's TTLs and waits, for stores whose round
+	// trips are slow (default 1).
 	Slow float64
+	// Contenders is the number of clients in contention tests (default 6).
+	Contenders int
+}
+
+type suite struct {
+	cfg Config
 }
 
 // Run runs the conformance suite.
 func Run(t *testing.T, cfg Config) {
+	if cfg.Open == nil {
+		t.Fatal("drivertest: Config.Open is nil")
+	}
+	if cfg.Slow <= 0 {
+		cfg.Slow = 1
+	}
+	if cfg.Contenders <= 0 {
+		cfg.Contenders = 6
+	}
+	s := &suite{cfg: cfg}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"TryLockAndRelease", s.tryLockAndRelease},
+		{"LockWaitsForRelease", s.lockWaitsForRelease},
+		{"CancelWhileWaiting", s.cancelWhileWaiting},
+		{"FIFO", s.fifo},
+		{"Shared", s.shared},
+		{"WriterNotStarved", s.writerNotStarved},
+		{"Semaphore", s.semaphore},
+		{"ReacquireExtends", s.reacquireExtends},
+		{"ModeConflict", s.modeConflict},
+		{"KeepAlive", s.keepAlive},
+		{"NoKeepAliveExpires", s.noKeepAliveExpires},
+		{"CrashedHolderExpires", s.crashedHolderExpires},
+		{"LostLeaseNotified", s.lostLeaseNotified},
+		{"ReleaseForms", s.releaseForms},
+		{"OwnerGroup", s.ownerGroup},
+		{"StatusFilters", s.statusFilters},
+		{"Purge", s.purge},
+		{"Do", s.do},
+		{"Election", s.election},
+		{"ContentionExclusive", s.contentionExclusive},
+		{"ContentionMixed", s.contentionMixed},
+		{"ContentionWithLostHolders", s.contentionLost},
+		{"TokensSurviveReopen", s.tokensSurviveReopen},
+		{"BadInput", s.badInput},
+		{"OddNames", s.oddNames},
+		{"NoGoroutineLeak", s.noLeak},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+// d scales a duration by Config.Slow.
+func (s *suite) d(x time.Duration) time.Duration { return time.Duration(float64(x) * s.cfg.Slow) }
+
+func (s *suite) client(t testing.TB, o *baton.Options) *baton.Client {
 	t.Helper()
+	c, err := baton.New(s.cfg.Open(t), o)
+	if err != nil {
+		t.Fatalf("baton.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// faulty returns a client whose store can be cut off, and the switch.
+func (s *suite) faulty(t testing.TB, o *baton.Options) (*baton.Client, *Faulty) {
+	t.Helper()
+	f := NewFaulty(s.cfg.Open(t))
+	c, err := baton.New(f, o)
+	if err != nil {
+		t.Fatalf("baton.New: %v", err)
+	}
+	t.Cleanup(func() { f.SetDown(false); c.Close() })
+	return c, f
+}
+
+var runID = fmt.Sprintf("%08x", rand.Uint32())
+
+// name returns a lock name no other test (or earlier run) uses.
+func name(t testing.TB, suffix ...string) string {
+	n := "drivertest/" + runID + "/" + strings.ReplaceAll(t.Name(), "/", ".")
+	if len(suffix) > 0 {
+		n += "/" + strings.Join(suffix, "/")
+	}
+	return n
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *suite) ctx(t testing.TB) context.Context { return ctxFor(t, s.d(30*time.Second)) }
+
+func mustLock(t testing.TB, ctx context.Context, c *baton.Client, n string, o *baton.LockOptions) *baton.Lease {
+	t.Helper()
+	l, err := c.Lock(ctx, n, o)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", n, err)
+	}
+	return l
+}
+
+func mustTry(t testing.TB, ctx context.Context, c *baton.Client, n string, o *baton.LockOptions) *baton.Lease {
+	t.Helper()
+	l, err := c.TryLock(ctx, n, o)
+	if err != nil {
+		t.Fatalf("TryLock(%q): %v", n, err)
+	}
+	return l
+}
+
+func mustBeLocked(t testing.TB, ctx context.Context, c *baton.Client, n string, o *baton.LockOptions) {
+	t.Helper()
+	l, err := c.TryLock(ctx, n, o)
+	if err == nil {
+		l.Release(ctx)
+		t.Fatalf("TryLock(%q) was granted (token %d), want ErrLocked", n, l.Token())
+	}
+	if !errors.Is(err, baton.ErrLocked) {
+		t.Fatalf("TryLock(%q): %v, want ErrLocked", n, err)
+	}
+}
+
+func release(t testing.TB, ctx context.Context, l *baton.Lease) {
+	t.Helper()
+	if err := l.ReleaseStrict(ctx); err != nil {
+		t.Fatalf("Release(%q): %v", l.Name(), err)
+	}
+}
+
+// waitQueued waits until n waiters are queued for name.
+func waitQueued(t testing.TB, ctx context.Context, c *baton.Client, name string, n int) {
+	t.Helper()
+	for {
+		hs, err := c.Status(ctx, &baton.Filter{Name: name, Queued: true})
+		if err != nil {
+			t.Fatalf("Status: %v", err)
+		}
+		q := 0
+		for _, h := range hs {
+			if h.Queued {
+				q++
+			}
+		}
+		if q >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d waiters queued for %q, want %d", q, name, n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+type result struct {
+	l   *baton.Lease
+	err error
+}
+
+func goLock(ctx context.Context, c *baton.Client, n string, o *baton.LockOptions) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(ctx, n, o)
+		ch <- result{l, err}
+	}()
+	return ch
+}
+
+func (s *suite) tryLockAndRelease(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	la := mustTry(t, ctx, a, n, nil)
+	if la.Token() == 0 {
+		t.Errorf("token is 0")
+	}
+	if la.Name() != n || la.Owner() == "" || la.Mode() != baton.Exclusive || la.Err() != nil {
+		t.Errorf("lease: name %q owner %q mode %v err %v", la.Name(), la.Owner(), la.Mode(), la.Err())
+	}
+	info := la.Info()
+	if info.Token != la.Token() || info.Owner != la.Owner() || info.Host == "" || info.Created.IsZero() {
+		t.Errorf("Info() = %+v", info)
+	}
+	mustBeLocked(t, ctx, b, n, nil)
+	release(t, ctx, la)
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(la.Err(), baton.ErrReleased) {
+		t.Errorf("Err after Release = %v, want ErrReleased", la.Err())
+	}
+	lb := mustTry(t, ctx, b, n, nil)
+	if lb.Token() <= la.Token() {
+		t.Errorf("second token %d not above first %d", lb.Token(), la.Token())
+	}
+	release(t, ctx, lb)
+}
+
+func (s *suite) lockWaitsForRelease(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	la := mustLock(t, ctx, a, n, nil)
+	ch := goLock(ctx, b, n, nil)
+	waitQueued(t, ctx, a, n, 1)
+	select {
+	case r := <-ch:
+		t.Fatalf("Lock returned while held: %v", r.err)
+	default:
+	}
+	release(t, ctx, la)
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("waiting Lock: %v", r.err)
+	}
+	if r.l.Token() <= la.Token() {
+		t.Errorf("token %d not above %d", r.l.Token(), la.Token())
+	}
+	release(t, ctx, r.l)
+}
+
+func (s *suite) cancelWhileWaiting(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b, c := s.client(t, nil), s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	la := mustLock(t, ctx, a, n, nil)
+	wctx, cancel := context.WithTimeout(ctx, s.d(300*time.Millisecond))
+	defer cancel()
+	_, err := b.Lock(wctx, n, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with expiring context: %v, want DeadlineExceeded", err)
+	}
+	// The cancelled waiter must have left the queue: with FIFO order a
+	// stale entry would keep the next TryLock out.
+	release(t, ctx, la)
+	release(t, ctx, mustTry(t, ctx, c, n, nil))
+}
+
+func (s *suite) fifo(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b, c := s.client(t, nil), s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	la := mustLock(t, ctx, a, n, nil)
+	chB := goLock(ctx, b, n, nil)
+	waitQueued(t, ctx, a, n, 1)
+	chC := goLock(ctx, c, n, nil)
+	waitQueued(t, ctx, a, n, 2)
+	mustBeLocked(t, ctx, a, n, nil) // a newcomer does not jump the queue
+	release(t, ctx, la)
+	rb := <-chB
+	if rb.err != nil {
+		t.Fatalf("first waiter: %v", rb.err)
+	}
+	select {
+	case rc := <-chC:
+		t.Fatalf("second waiter granted while first holds (err %v)", rc.err)
+	case <-time.After(s.d(50 * time.Millisecond)):
+	}
+	release(t, ctx, rb.l)
+	rc := <-chC
+	if rc.err != nil {
+		t.Fatalf("second waiter: %v", rc.err)
+	}
+	if !(la.Token() < rb.l.Token() && rb.l.Token() < rc.l.Token()) {
+		t.Errorf("tokens %d, %d, %d not increasing", la.Token(), rb.l.Token(), rc.l.Token())
+	}
+	release(t, ctx, rc.l)
+}
+
+func (s *suite) shared(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b, c := s.client(t, nil), s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	sh := &baton.LockOptions{Shared: true}
+	l1 := mustTry(t, ctx, a, n, sh)
+	l2 := mustTry(t, ctx, b, n, sh)
+	if l1.Mode() != baton.Shared || l2.Token() <= l1.Token() {
+		t.Errorf("shared leases: mode %v, tokens %d then %d", l1.Mode(), l1.Token(), l2.Token())
+	}
+	mustBeLocked(t, ctx, c, n, nil)
+	release(t, ctx, l1)
+	mustBeLocked(t, ctx, c, n, nil)
+	release(t, ctx, l2)
+	lx := mustTry(t, ctx, c, n, nil)
+	mustBeLocked(t, ctx, a, n, sh)
+	release(t, ctx, lx)
+}
+
+func (s *suite) writerNotStarved(t *testing.T) {
+	ctx := s.ctx(t)
+	r1, w, r2 := s.client(t, nil), s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	sh := &baton.LockOptions{Shared: true}
+	l1 := mustTry(t, ctx, r1, n, sh)
+	chW := goLock(ctx, w, n, nil)
+	waitQueued(t, ctx, r1, n, 1)
+	// A queued writer keeps new readers out.
+	mustBeLocked(t, ctx, r2, n, sh)
+	chR := goLock(ctx, r2, n, sh)
+	waitQueued(t, ctx, r1, n, 2)
+	release(t, ctx, l1)
+	rw := <-chW
+	if rw.err != nil {
+		t.Fatalf("writer: %v", rw.err)
+	}
+	select {
+	case rr := <-chR:
+		t.Fatalf("reader granted while writer holds (err %v)", rr.err)
+	case <-time.After(s.d(50 * time.Millisecond)):
+	}
+	release(t, ctx, rw.l)
+	rr := <-chR
+	if rr.err != nil {
+		t.Fatalf("reader: %v", rr.err)
+	}
+	release(t, ctx, rr.l)
+}
+
+func (s *suite) semaphore(t *testing.T) {
+	ctx := s.ctx(t)
+	n := name(t)
+	sem := &baton.LockOptions{Limit: 3}
+	var ls []*baton.Lease
+	cs := make([]*baton.Client, 4)
+	for i := range cs {
+		cs[i] = s.client(t, nil)
+	}
+	for i := 0; i < 3; i++ {
+		l := mustTry(t, ctx, cs[i], n, sem)
+		if l.Mode() != baton.Shared || l.Limit() != 3 {
+			t.Errorf("semaphore lease: mode %v limit %d", l.Mode(), l.Limit())
+		}
+		ls = append(ls, l)
+	}
+	mustBeLocked(t, ctx, cs[3], n, sem)
+	mustBeLocked(t, ctx, cs[3], n, nil) // exclusive excluded too
+	ch := goLock(ctx, cs[3], n, sem)
+	waitQueued(t, ctx, cs[0], n, 1)
+	release(t, ctx, ls[1])
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("fourth slot after a release: %v", r.err)
+	}
+	for _, l := range []*baton.Lease{ls[0], ls[2], r.l} {
+		release(t, ctx, l)
+	}
+	if _, err := cs[0].TryLock(ctx, n, &baton.LockOptions{Limit: -1}); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("Limit -1: %v, want ErrInvalid", err)
+	}
+}
+
+func (s *suite) reacquireExtends(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t, nil)
+	other := s.client(t, nil)
+	n := name(t)
+	o := &baton.LockOptions{Owner: baton.NewOwner(), TTL: s.d(2 * time.Second)}
+	l1 := mustTry(t, ctx, a, n, o)
+	d1 := l1.Deadline()
+	time.Sleep(s.d(20 * time.Millisecond))
+	o.Meta = map[string]string{"k": "v2"}
+	l2 := mustTry(t, ctx, a, n, o)
+	if l2.Token() != l1.Token() {
+		t.Errorf("re-acquire changed token %d → %d", l1.Token(), l2.Token())
+	}
+	if !l2.Deadline().After(d1) {
+		t.Errorf("re-acquire did not extend: deadline %v then %v", d1, l2.Deadline())
+	}
+	// Another client with the same owner extends the same hold too.
+	l3 := mustTry(t, ctx, other, n, o)
+	if l3.Token() != l1.Token() {
+		t.Errorf("re-acquire from another client changed token %d → %d", l1.Token(), l3.Token())
+	}
+	hs, err := a.Status(ctx, &baton.Filter{Name: n})
+	if err != nil || len(hs) != 1 || hs[0].Meta["k"] != "v2" {
+		t.Errorf("Status after re-acquire = %+v, %v; want one holder with meta k=v2", hs, err)
+	}
+	mustBeLocked(t, ctx, other, n, nil)
+	release(t, ctx, l2)
+}
+
+func (s *suite) modeConflict(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t, nil)
+	n := name(t)
+	owner := baton.NewOwner()
+	l := mustTry(t, ctx, a, n, &baton.LockOptions{Owner: owner})
+	if _, err := a.TryLock(ctx, n, &baton.LockOptions{Owner: owner, Shared: true}); !errors.Is(err, baton.ErrModeConflict) {
+		t.Errorf("same owner, shared after exclusive: %v, want ErrModeConflict", err)
+	}
+	release(t, ctx, l)
+}
+
+func (s *suite) keepAlive(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	ttl := s.d(300 * time.Millisecond)
+	l := mustTry(t, ctx, a, n, &baton.LockOptions{TTL: ttl})
+	time.Sleep(4 * ttl)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease ended despite keepalive: %v", err)
+	}
+	mustBeLocked(t, ctx, b, n, nil)
+	if err := l.Renew(ctx); err != nil {
+		t.Errorf("manual Renew: %v", err)
+	}
+	release(t, ctx, l)
+}
+
+func (s *suite) noKeepAliveExpires(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	ttl := s.d(300 * time.Millisecond)
+	l := mustTry(t, ctx, a, n, &baton.LockOptions{TTL: ttl, NoKeepAlive: true})
+	select {
+	case <-l.Done():
+	case <-time.After(10 * ttl):
+		t.Fatal("Done not closed after TTL without keepalive")
+	}
+	if !errors.Is(l.Err(), baton.ErrExpired) {
+		t.Errorf("Err = %v, want ErrExpired", l.Err())
+	}
+	// The holder released it when its TTL ran out: it is free at once.
+	lb := mustLock(t, ctxFor(t, s.d(5*time.Second)), b, n, nil)
+	release(t, ctx, lb)
+}
+
+// crashedHolderExpires simulates a holder that dies: it takes the lock
+// through the driver and never renews or releases it.
+func (s *suite) crashedHolderExpires(t *testing.T) {
+	ctx := s.ctx(t)
+	raw := s.cfg.Open(t)
+	defer raw.Close()
+	b := s.client(t, nil)
+	n := name(t)
+	ttl := s.d(400 * time.Millisecond)
+	req := &driver.Request{Name: n, Owner: baton.NewOwner(), Mode: driver.Exclusive, TTL: ttl, Host: "crashed"}
+	sent := time.Now()
+	g, err := raw.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("driver Acquire: %v", err)
+	}
+	mustBeLocked(t, ctx, b, n, nil)
+	lb := mustLock(t, ctx, b, n, nil)
+	if since := time.Since(sent); since < ttl {
+		t.Fatalf("granted %v after a crashed holder's grant, before its TTL %v ran out", since, ttl)
+	}
+	if lb.Token() <= g.Token {
+		t.Errorf("takeover token %d not above crashed holder's %d", lb.Token(), g.Token)
+	}
+	// The crashed holder's late renew and release change nothing.
+	gs, err := raw.Renew(ctx, []driver.Hold{{Name: n, Owner: req.Owner, TTL: ttl}})
+	if err != nil || len(gs) != 1 || gs[0] != nil {
+		t.Errorf("late Renew = %v, %v; want [nil]", gs, err)
+	}
+	held, err := raw.Release(ctx, []driver.Key{{Name: n, Owner: req.Owner}})
+	if err != nil || len(held) != 1 || held[0] {
+		t.Errorf("late Release = %v, %v; want [false]", held, err)
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Errorf("new holder's Renew after the late calls: %v", err)
+	}
+	hs, err := b.Status(ctx, &baton.Filter{Name: n})
+	if err != nil || len(hs) != 1 || hs[0].Owner != lb.Owner() {
+		t.Errorf("Status = %+v, %v; want only the new holder", hs, err)
+	}
+	release(t, ctx, lb)
+}
+
+func (s *suite) lostLeaseNotified(t *testing.T) {
+	ctx := s.ctx(t)
+	var events sync.Map
+	a, fa := s.faulty(t, &baton.Options{OnEvent: func(e baton.Event) { events.Store(e.Kind, e) }})
+	b := s.client(t, nil)
+	n := name(t)
+	ttl := s.d(400 * time.Millisecond)
+	la := mustTry(t, ctx, a, n, &baton.LockOptions{TTL: ttl})
+	fa.SetDown(true)
+	select {
+	case <-la.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("Done not closed though the holder could not renew for its TTL")
+	}
+	lostAt := time.Now()
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) || !errors.Is(context.Cause(la.Context()), baton.ErrLeaseLost) {
+		t.Errorf("Err = %v, Context cause = %v; want ErrLeaseLost", la.Err(), context.Cause(la.Context()))
+	}
+	if _, ok := events.Load(baton.EventLost); !ok {
+		t.Errorf("no %q event", baton.EventLost)
+	}
+	lb := mustLock(t, ctx, b, n, nil)
+	if granted := time.Now(); granted.Before(la.Deadline()) {
+		t.Errorf("new holder granted at %v, before the old lease's deadline %v", granted, la.Deadline())
+	}
+	_ = lostAt
+	fa.SetDown(false)
+	if err := la.ReleaseStrict(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("ReleaseStrict of a lost lease: %v, want ErrNotHeld", err)
+	}
+	if err := la.Renew(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("Renew of a lost lease: %v, want ErrNotHeld", err)
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Errorf("new holder disturbed: %v", err)
+	}
+	release(t, ctx, lb)
+}
+
+func (s *suite) releaseForms(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t, nil)
+	n := name(t)
+	l := mustTry(t, ctx, a, n, nil)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("second Release: %v, want nil", err)
+	}
+	if err := l.ReleaseStrict(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("ReleaseStrict after Release: %v, want ErrNotHeld", err)
+	}
+	// An administrator's release: the holder's next renewal finds it gone.
+	l2 := mustTry(t, ctx, a, n, nil)
+	admin := s.client(t, nil)
+	if err := admin.Release(ctx, n, l2.Owner()); err != nil {
+		t.Fatalf("admin Release: %v", err)
+	}
+	if err := admin.Release(ctx, n, l2.Owner()); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("second admin Release: %v, want ErrNotHeld", err)
+	}
+	if err := l2.Renew(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("Renew after admin release: %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(l2.Err(), baton.ErrLeaseLost) {
+		t.Errorf("Err after failed renew: %v, want ErrLeaseLost", l2.Err())
+	}
+}
+
+func (s *suite) ownerGroup(t *testing.T) {
+	ctx := s.ctx(t)
+	a, other := s.client(t, nil), s.client(t, nil)
+	owner := baton.NewOwner()
+	ttl := s.d(5 * time.Second)
+	names := []string{name(t, "a"), name(t, "b"), name(t, "c")}
+	var ls []*baton.Lease
+	for i, n := range names {
+		ls = append(ls, mustTry(t, ctx, a, n, &baton.LockOptions{Owner: owner, TTL: ttl, Shared: i == 1}))
+	}
+	unrelated := mustTry(t, ctx, other, name(t, "d"), nil)
+	renewed, err := other.RenewOwner(ctx, owner, 2*ttl)
+	if err != nil || len(renewed) != 3 {
+		t.Fatalf("RenewOwner = %d holds, %v; want 3", len(renewed), err)
+	}
+	for _, h := range renewed {
+		if h.TTL != 2*ttl || h.Owner != owner {
+			t.Errorf("renewed hold %+v, want TTL %v", h, 2*ttl)
+		}
+	}
+	released, err := a.ReleaseOwner(ctx, owner)
+	if err != nil || len(released) != 3 {
+		t.Fatalf("ReleaseOwner = %d holds, %v; want 3", len(released), err)
+	}
+	for _, l := range ls {
+		if !errors.Is(l.Err(), baton.ErrReleased) {
+			t.Errorf("lease %q after ReleaseOwner: Err %v, want ErrReleased", l.Name(), l.Err())
+		}
+	}
+	for _, n := range names {
+		release(t, ctx, mustTry(t, ctx, other, n, nil))
+	}
+	if err := unrelated.Renew(ctx); err != nil {
+		t.Errorf("another owner's hold was touched: %v", err)
+	}
+	release(t, ctx, unrelated)
+	if got, err := a.ReleaseOwner(ctx, owner); err != nil || len(got) != 0 {
+		t.Errorf("ReleaseOwner of an owner with nothing = %v, %v", got, err)
+	}
+}
+
+func (s *suite) statusFilters(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t, nil)
+	prefix := name(t) + "/"
+	short, long := s.d(2*time.Second), s.d(60*time.Second)
+	owner := baton.NewOwner()
+	before := time.Now()
+	l1 := mustTry(t, ctx, a, prefix+"one", &baton.LockOptions{TTL: short, Owner: owner, Meta: map[string]string{"job": "x"}})
+	l2 := mustTry(t, ctx, a, prefix+"two", &baton.LockOptions{TTL: long, Shared: true})
+	l3 := mustTry(t, ctx, a, prefix+"two", &baton.LockOptions{TTL: long, Shared: true})
+	defer func() {
+		for _, l := range []*baton.Lease{l1, l2, l3} {
+			l.Release(ctx)
+		}
+	}()
+	count := func(f *baton.Filter) int {
+		t.Helper()
+		hs, err := a.Status(ctx, f)
+		if err != nil {
+			t.Fatalf("Status(%+v): %v", f, err)
+		}
+		return len(hs)
+	}
+	check := func(what string, f *baton.Filter, want int) {
+		t.Helper()
+		if got := count(f); got != want {
+			t.Errorf("Status %s: %d holds, want %d", what, got, want)
+		}
+	}
+	check("by prefix", &baton.Filter{Prefix: prefix}, 3)
+	check("by name", &baton.Filter{Name: prefix + "two"}, 2)
+	check("by owner", &baton.Filter{Prefix: prefix, Owner: owner}, 1)
+	check("by unknown owner", &baton.Filter{Prefix: prefix, Owner: "nobody"}, 0)
+	check("left below", &baton.Filter{Prefix: prefix, LeftBelow: s.d(10 * time.Second)}, 1)
+	check("left at least", &baton.Filter{Prefix: prefix, LeftAtLeast: s.d(10 * time.Second)}, 2)
+	check("created after (a minute ago)", &baton.Filter{Prefix: prefix, CreatedAfter: before.Add(-time.Minute)}, 3)
+	check("created before (a minute ago)", &baton.Filter{Prefix: prefix, CreatedBefore: before.Add(-time.Minute)}, 0)
+	hs, err := a.Status(ctx, &baton.Filter{Name: prefix + "one"})
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("Status one: %v %v", hs, err)
+	}
+	h := hs[0]
+	if h.Owner != owner || h.Token != l1.Token() || h.Mode != baton.Exclusive || h.Meta["job"] != "x" ||
+		h.TTL != short || h.Left <= 0 || h.Left > short || h.Host == "" || h.Queued {
+		t.Errorf("Status entry %+v does not describe the hold", h)
+	}
+	if d := h.Created.Sub(before); d < -time.Minute || d > time.Minute {
+		t.Errorf("Created %v is %v away from this machine's clock", h.Created, d)
+	}
+}
+
+func (s *suite) purge(t *testing.T) {
+	ctx := s.ctx(t)
+	raw := s.cfg.Open(t)
+	defer raw.Close()
+	a := s.client(t, nil)
+	n := name(t)
+	ttl := s.d(200 * time.Millisecond)
+	g, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: baton.NewOwner(), Mode: driver.Exclusive, TTL: ttl, Host: "crashed"})
+	if err != nil {
+		t.Fatalf("driver Acquire: %v", err)
+	}
+	time.Sleep(ttl + s.d(100*time.Millisecond))
+	if hs, _ := a.Status(ctx, &baton.Filter{Name: n}); len(hs) != 0 {
+		t.Errorf("Status shows an expired hold: %+v", hs)
+	}
+	if hs, _ := a.Status(ctx, &baton.Filter{Name: n, Expired: true}); len(hs) != 1 {
+		t.Errorf("Status with Expired shows %d holds, want 1 (the expired one)", len(hs))
+	}
+	purged, err := a.Purge(ctx)
+	if err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	found := false
+	for _, h := range purged {
+		found = found || h.Name == n
+	}
+	if !found {
+		t.Errorf("Purge did not return the expired hold of %q", n)
+	}
+	if hs, _ := a.Status(ctx, &baton.Filter{Name: n, Expired: true}); len(hs) != 0 {
+		t.Errorf("after Purge, Status shows %+v", hs)
+	}
+	l := mustTry(t, ctx, a, n, nil)
+	if l.Token() <= g.Token {
+		t.Errorf("token after purge %d not above %d: the counter must survive purges", l.Token(), g.Token)
+	}
+	release(t, ctx, l)
+}
+
+func (s *suite) do(t *testing.T) {
+	ctx := s.ctx(t)
+	a, fa := s.faulty(t, nil)
+	b := s.client(t, nil)
+	n := name(t)
+	ran := false
+	err := a.Do(ctx, n, nil, func(ctx context.Context, l *baton.Lease) error {
+		ran = true
+		mustBeLocked(t, ctx, b, n, nil)
+		return errors.New("job failed")
+	})
+	if !ran || err == nil || err.Error() != "job failed" {
+		t.Errorf("Do = %v (ran %v), want the function's error", err, ran)
+	}
+	release(t, ctx, mustTry(t, ctx, b, n, nil)) // Do released it
+	// The function's context ends when the lease may be lost.
+	ttl := s.d(300 * time.Millisecond)
+	err = a.Do(ctx, n, &baton.LockOptions{TTL: ttl}, func(ctx context.Context, l *baton.Lease) error {
+		fa.SetDown(true)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * ttl):
+			return errors.New("context not cancelled on lease loss")
+		}
+	})
+	fa.SetDown(false)
+	if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do with a lost lease = %v, want ErrLeaseLost and the function's context.Canceled", err)
+	}
+}
+
+func (s *suite) election(t *testing.T) {
+	ctx := s.ctx(t)
+	n := name(t)
+	ttl := s.d(time.Second)
+	var es []*baton.Election
+	for i := 0; i < 3; i++ {
+		e, err := s.client(t, nil).Election(n, &baton.ElectionOptions{TTL: ttl, Value: fmt.Sprint("candidate-", i)})
+		if err != nil {
+			t.Fatalf("Election: %v", err)
+		}
+		es = append(es, e)
+	}
+	observer, err := s.client(t, nil).Election(n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	seen := observer.Observe(octx, s.d(20*time.Millisecond))
+	if l := <-seen; l != nil {
+		t.Errorf("Observe: first leader %+v, want nil", l)
+	}
+	type won struct {
+		i int
+		l *baton.Lease
+	}
+	wins := make(chan won, 3)
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	for i, e := range es {
+		go func() {
+			if l, err := e.Campaign(cctx); err == nil {
+				wins <- won{i, l}
+			}
+		}()
+	}
+	var tokens []uint64
+	for round := 0; round < 3; round++ {
+		w := <-wins
+		leaders := 0
+		for _, e := range es {
+			if ok, tok := e.IsLeader(); ok {
+				leaders++
+				if tok != w.l.Token() {
+					t.Errorf("IsLeader token %d, lease token %d", tok, w.l.Token())
+				}
+			}
+		}
+		if leaders != 1 {
+			t.Errorf("round %d: %d candidates lead", round, leaders)
+		}
+		ld, err := observer.Leader(ctx)
+		if err != nil || ld.Token != w.l.Token() || ld.Value != fmt.Sprint("candidate-", w.i) {
+			t.Errorf("Leader() = %+v, %v; want candidate-%d with token %d", ld, err, w.i, w.l.Token())
+		}
+		for l := range seen {
+			if l != nil && l.Token == w.l.Token() {
+				break
+			}
+		}
+		if round == 0 {
+			if err := es[w.i].Proclaim(ctx, "proclaimed"); err != nil {
+				t.Errorf("Proclaim: %v", err)
+			}
+			if ld, _ := observer.Leader(ctx); ld == nil || ld.Value != "proclaimed" || ld.Token != w.l.Token() {
+				t.Errorf("after Proclaim, Leader() = %+v", ld)
+			}
+		}
+		tokens = append(tokens, w.l.Token())
+		if err := es[w.i].Resign(ctx); err != nil {
+			t.Errorf("Resign: %v", err)
+		}
+		if ok, _ := es[w.i].IsLeader(); ok {
+			t.Errorf("still leader after Resign")
+		}
+		if err := es[w.i].Proclaim(ctx, "x"); !errors.Is(err, baton.ErrNotLeader) {
+			t.Errorf("Proclaim after Resign: %v, want ErrNotLeader", err)
+		}
+	}
+	if !(tokens[0] < tokens[1] && tokens[1] < tokens[2]) {
+		t.Errorf("leader tokens %v not increasing", tokens)
+	}
+	if _, err := observer.Leader(ctx); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("Leader() with nobody leading: %v, want ErrNoLeader", err)
+	}
+
+	// Run: a leader loop hands over when its holder loses the store.
+	c1, f1 := s.faulty(t, nil)
+	c2 := s.client(t, nil)
+	e1, _ := c1.Election(n, &baton.ElectionOptions{TTL: ttl, Value: "run-1"})
+	e2, _ := c2.Election(n, &baton.ElectionOptions{TTL: ttl, Value: "run-2"})
+	led := make(chan uint64, 4)
+	rctx, rcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, e := range []*baton.Election{e1, e2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.Run(rctx, func(ctx context.Context, l *baton.Lease) error {
+				led <- l.Token()
+				<-ctx.Done()
+				return nil
+			})
+		}()
+	}
+	first := <-led
+	leader := e1
+	if ok, _ := e2.IsLeader(); ok {
+		leader = e2
+	}
+	if leader == e1 {
+		f1.SetDown(true)
+	} else {
+		leader.Resign(ctx)
+	}
+	select {
+	case second := <-led:
+		if second <= first {
+			t.Errorf("new leader's token %d not above %d", second, first)
+		}
+	case <-time.After(5 * ttl):
+		t.Error("leadership did not move")
+	}
+	f1.SetDown(false)
+	rcancel()
+	wg.Wait()
+}
+
+// contend runs workers that take the lock repeatedly and records their
+// critical sections; opts picks each attempt's options.
+func (s *suite) contend(t *testing.T, clients, rounds int, opts func(client, round int) *baton.LockOptions,
+	lose func(client, round int) bool) *History {
+	ctx := s.ctx(t)
+	n := name(t)
+	h := &History{}
+	var wg sync.WaitGroup
+	var active atomic.Int32 // exclusive sections now running, seen by the clients
+	for i := 0; i < clients; i++ {
+		c, f := s.faulty(t, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				o := opts(i, r)
+				call := time.Now()
+				l, err := c.Lock(ctx, n, o)
+				if err != nil {
+					t.Errorf("client %d: Lock: %v", i, err)
+					return
+				}
+				granted := time.Now()
+				excl := l.Mode() == baton.Exclusive
+				if excl && active.Add(1) != 1 {
+					t.Errorf("client %d saw another exclusive section running", i)
+				}
+				var end time.Time
+				if lose != nil && lose(i, r) {
+					// The holder loses the store and stops when told.
+					f.SetDown(true)
+					<-l.Done()
+					end = l.Deadline()
+					if excl {
+						active.Add(-1)
+					}
+					f.SetDown(false)
+				} else {
+					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+					end = End(l)
+					if excl {
+						active.Add(-1)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("client %d: Release: %v", i, err)
+					}
+				}
+				h.Add(Section{Client: i, Mode: l.Mode(), Limit: l.Limit(), Token: l.Token(), Call: call, Granted: granted, End: end})
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range h.Check() {
+		t.Error(err)
+	}
+	return h
+}
+
+func (s *suite) contentionExclusive(t *testing.T) {
+	h := s.contend(t, s.cfg.Contenders, 25, func(int, int) *baton.LockOptions { return nil }, nil)
+	if want := s.cfg.Contenders * 25; h.Len() != want {
+		t.Errorf("%d sections, want %d", h.Len(), want)
+	}
+}
+
+func (s *suite) contentionMixed(t *testing.T) {
+	s.contend(t, s.cfg.Contenders, 20, func(c, r int) *baton.LockOptions {
+		switch (c + r) % 3 {
+		case 0:
+			return nil
+		case 1:
+			return &baton.LockOptions{Limit: 2}
+		}
+		return &baton.LockOptions{Limit: 2, Shared: true}
+	}, nil)
+}
+
+func (s *suite) contentionLost(t *testing.T) {
+	ttl := s.d(250 * time.Millisecond)
+	s.contend(t, 4, 6, func(int, int) *baton.LockOptions { return &baton.LockOptions{TTL: ttl} },
+		func(c, r int) bool { return (c+r)%3 == 0 })
+}
+
+func (s *suite) tokensSurviveReopen(t *testing.T) {
+	ctx := s.ctx(t)
+	n := name(t)
+	var last uint64
+	for i := 0; i < 3; i++ {
+		c, err := baton.New(s.cfg.Open(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustTry(t, ctx, c, n, nil)
+		if l.Token() <= last {
+			t.Errorf("token %d after reopening not above %d", l.Token(), last)
+		}
+		last = l.Token()
+		release(t, ctx, l)
+		c.Close()
+	}
+}
+
+func (s *suite) badInput(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t, nil)
+	n := name(t)
+	for _, tc := range []struct {
+		what string
+		name string
+		o    *baton.LockOptions
+	}{
+		{"empty name", "", nil},
+		{"oversized name", strings.Repeat("x", baton.MaxNameLen+1), nil},
+		{"invalid UTF-8", "a\xffb", nil},
+		{"NUL in name", "a\x00b", nil},
+		{"newline in name", "a\nb", nil},
+		{"negative TTL", n, &baton.LockOptions{TTL: -time.Second}},
+		{"TTL below minimum", n, &baton.LockOptions{TTL: time.Nanosecond}},
+		{"negative limit", n, &baton.LockOptions{Limit: -2}},
+		{"owner with a space", n, &baton.LockOptions{Owner: "a b"}},
+		{"oversized owner", n, &baton.LockOptions{Owner: strings.Repeat("o", baton.MaxOwnerLen+1)}},
+		{"oversized metadata", n, &baton.LockOptions{Meta: map[string]string{"k": strings.Repeat("v", baton.MaxMetaLen)}}},
+		{"empty metadata key", n, &baton.LockOptions{Meta: map[string]string{"": "v"}}},
+	} {
+		for _, try := range []bool{true, false} {
+			var err error
+			if try {
+				_, err = a.TryLock(ctx, tc.name, tc.o)
+			} else {
+				_, err = a.Lock(ctx, tc.name, tc.o)
+			}
+			if !errors.Is(err, baton.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", tc.what, err)
+			} else if msg := err.Error(); !strings.HasPrefix(msg, "baton: invalid argument: ") || len(msg) > 200 {
+				t.Errorf("%s: unclear error %q", tc.what, msg)
+			}
+		}
+	}
+	if _, err := a.Election("", nil); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("Election with an empty name: %v", err)
+	}
+	if _, err := a.RenewOwner(ctx, "", time.Second); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("RenewOwner with an empty owner: %v", err)
+	}
+	if _, err := a.RenewOwner(ctx, "x", -time.Second); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("RenewOwner with a negative TTL: %v", err)
+	}
+	if err := a.Release(ctx, "", "x"); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("Release with an empty name: %v", err)
+	}
+	// Nothing was written by the refused calls.
+	if hs, err := a.Status(ctx, &baton.Filter{Prefix: n, Queued: true, Expired: true}); err != nil || len(hs) != 0 {
+		t.Errorf("Status after refused calls = %+v, %v", hs, err)
+	}
+}
+
+func (s *suite) oddNames(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	base := name(t) + "/"
+	odd := []string{
+		"a/b", "../../etc/passwd", "/leading/slash/", "'; DROP TABLE baton_locks; --", `"quoted" \back\`,
+		"名前 with spaces", "%2F%00%ZZ", "{braces}}{", "*?[glob]", "$(echo x)`id`", "emoji 🔒",
+		"a:b:c", "#frag?q=1&x=y", "..", ".",
+	}
+	for _, o := range odd {
+		n := base + o
+		l := mustTry(t, ctx, a, n, nil)
+		mustBeLocked(t, ctx, b, n, nil)
+		hs, err := b.Status(ctx, &baton.Filter{Name: n})
+		if err != nil || len(hs) != 1 || hs[0].Name != n {
+			t.Errorf("Status(%q) = %+v, %v", n, hs, err)
+		}
+		release(t, ctx, l)
+	}
+	// Similar names do not collide.
+	l1 := mustTry(t, ctx, a, base+"x", nil)
+	l2 := mustTry(t, ctx, b, base+"X", nil)
+	l3 := mustTry(t, ctx, b, base+"x ", nil)
+	for _, l := range []*baton.Lease{l1, l2, l3} {
+		release(t, ctx, l)
+	}
+	// The longest name allowed works, and prefix listing stays exact.
+	long := base + strings.Repeat("n", baton.MaxNameLen-len(base))
+	release(t, ctx, mustTry(t, ctx, a, long, nil))
+	hs, err := a.Status(ctx, &baton.Filter{Prefix: base + "a/"})
+	if err != nil || len(hs) != 0 {
+		t.Errorf("Status(prefix) after releases = %+v, %v", hs, err)
+	}
+}
+
+func (s *suite) noLeak(t *testing.T) {
+	opts := goleak.IgnoreCurrent()
+	func() {
+		ctx := s.ctx(t)
+		a, err := baton.New(s.cfg.Open(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := baton.New(s.cfg.Open(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := name(t)
+		l := mustLock(t, ctx, a, n, &baton.LockOptions{TTL: s.d(time.Second)})
+		wctx, cancel := context.WithTimeout(ctx, s.d(100*time.Millisecond))
+		b.Lock(wctx, n, nil) // a cancelled wait
+		cancel()
+		ch := goLock(ctx, b, n, nil)
+		release(t, ctx, l)
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		e, _ := a.Election(name(t, "e"), nil)
+		e.Campaign(ctx)
+		octx, ocancel := context.WithCancel(ctx)
+		<-e.Observe(octx, time.Millisecond)
+		ocancel()
+		// Leave r.l and the election held: Close must release them.
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	goleak.VerifyNone(t, opts)
 }

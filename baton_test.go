@@ -1,0 +1,84 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
+	"github.com/baton-go/baton/mem"
+)
+
+func TestMemConformance(t *testing.T) {
+	// A named mem store lives while a client has it open: keep one open so
+	// that its fencing counters outlive the clients the suite closes.
+	anchor := mem.Open("conformance")
+	defer anchor.Close()
+	drivertest.Run(t, drivertest.Config{
+		Open: func(t testing.TB) driver.Store { return mem.Open("conformance") },
+	})
+}
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ url, want string }{
+		{"nope://x", "unknown store"},
+		{"no-scheme", "has no scheme"},
+		{"::", "invalid argument"},
+	} {
+		_, err := baton.Open(ctx, tc.url, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
+		}
+	}
+	if _, err := baton.Open(ctx, "nope://user:secret@host/x", nil); !errors.Is(err, baton.ErrUnknownStore) ||
+		strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "mem") {
+		t.Errorf("unknown scheme: %v (want ErrUnknownStore, listing mem, hiding the password)", err)
+	}
+	// mem://NAME is shared by everyone who opens it; mem:// is private.
+	a, err := baton.Open(ctx, "mem://shared-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _ := baton.Open(ctx, "mem://shared-test", nil)
+	defer b.Close()
+	p, _ := baton.Open(ctx, "mem://", nil)
+	defer p.Close()
+	l, err := a.TryLock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, "x", nil); !errors.Is(err, baton.ErrLocked) {
+		t.Errorf("second client of mem://shared-test: %v, want ErrLocked", err)
+	}
+	if _, err := p.TryLock(ctx, "x", nil); err != nil {
+		t.Errorf("private mem:// store: %v", err)
+	}
+	l.Release(ctx)
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	for _, o := range []*baton.Options{{TTL: -1}, {TTL: 1}, {MaxPoll: -1}} {
+		if _, err := baton.New(mem.New(), o); !errors.Is(err, baton.ErrInvalid) {
+			t.Errorf("New(%+v) = %v, want ErrInvalid", o, err)
+		}
+	}
+	if _, err := baton.New(nil, nil); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("New(nil) = %v", err)
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	c, _ := baton.New(mem.New(), nil)
+	c.Close()
+	if _, err := c.Lock(context.Background(), "x", nil); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Lock after Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+const storeHelp = `Store:
+  --store URL, else $BATON_STORE, else an SQLite file that needs no setup
+  and is shared by the processes of this machine:
+    $XDG_STATE_HOME/baton/baton.db, else ~/.local/state/baton/baton.db
+    (macOS: ~/Library/Application Support/baton/baton.db;
+     Windows: %AppData%\baton\baton.db)
+  Its directory is created when needed. Other stores:
+    sqlite:///abs/path/locks.db   an SQLite file of your choice
+`
+
+const exitHelp = `Exit codes:
+  0    success (run: the command succeeded)
+  1    error (the store could not be reached, ...)
+  2    usage error (bad flags or arguments)
+  3    lock not acquired: held, with --wait=false, or --timeout reached
+  4    lease lost while the command ran: the command was stopped
+  126  the command could not be started (permission denied, ...)
+  127  the command was not found
+  else run exits with the command's code (128+N if signal N killed it)
+`
+
+func mainHelp() string {
+	var b strings.Builder
+	b.WriteString(`baton runs commands under distributed locks, and shows and manages the locks.
+
+Usage:
+  baton COMMAND [ARGS...] [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+Examples:
+  baton run nightly -- ./job.sh          run job.sh unless another copy runs
+  baton run db-migrate --wait=false -- make migrate
+  baton run uploads -n 4 -- ./upload.sh  at most 4 uploads at once
+  baton status                           who holds what
+  baton status --json nightly
+
+`)
+	b.WriteString(storeHelp)
+	b.WriteString("\n")
+	b.WriteString(exitHelp)
+	b.WriteString(`
+Run 'baton help COMMAND' or 'baton COMMAND --help' for a command's flags.
+`)
+	return b.String()
+}
+
+const runHelp = runHelpBody + storeHelp + "\n" + exitHelp
+
+const runHelpBody = `Usage: baton run NAME [flags] -- CMD [ARGS...]
+
+Take the lock NAME (exclusive by default), run CMD while holding it, and
+release the lock when CMD exits. baton renews the lease every TTL/3 while
+CMD runs. Flags may come before or after NAME; everything after -- is the
+command.
+
+Flags:
+  --shared       take a shared lock: many shared holders at once, never
+                 together with an exclusive one
+  -n N           take one of N slots of a semaphore (a shared lock with at
+                 most N holders; N >= 1); holders of NAME should agree on N
+  --ttl D        lease length (default 15s): if baton dies or loses the
+                 store, others get the lock at most D later
+  --wait         wait for the lock (default true); --wait=false tries once
+                 and exits with code 3 if the lock is held
+  --timeout D    wait at most D for the lock, then exit with code 3
+                 (default 0: forever)
+  --owner ID     owner id (default: a new random one). Keep it unguessable;
+                 'baton release NAME --owner ID' releases it. Two runs with
+                 the same owner share one hold: do not start them at once.
+  --grace D      time between SIGTERM and SIGKILL when the command must stop
+                 (default 10s)
+  --store URL    the store (see below)
+
+The command gets these environment variables:
+  BATON_NAME     the lock's name
+  BATON_TOKEN    the fencing token (decimal): larger than the token of every
+                 earlier grant of NAME; pass it to what the lock protects,
+                 which can refuse writes with a token smaller than one seen
+  BATON_OWNER    the owner id
+  BATON_TTL      the lease length (a Go duration, e.g. 15s)
+  BATON_MODE     exclusive or shared
+  BATON_STORE    the store's URL, without passwords
+
+If the lease is lost while the command runs (it could not be renewed in
+time, or an administrator released it), baton sends the command SIGTERM,
+then SIGKILL after --grace, and exits with code 4. Keep --grace short next
+to --ttl, or make the command check the fencing token: another holder may
+get the lock once the lease ended. Only the command itself is signalled,
+not processes it started.
+
+On SIGINT, SIGTERM, SIGHUP or SIGQUIT, baton passes the signal on to the
+command (a terminal's ^C reaches both directly), waits for it to exit
+(SIGKILL after --grace), releases the lock and exits with the command's
+code. A signal while waiting for the lock stops the wait (exit 128+N).
+
+Examples:
+  baton run nightly -- ./job.sh
+  baton run nightly --wait=false -- ./job.sh   # skip if already running
+  baton run deploy --timeout 5m -- make deploy
+  baton run backups -n 2 --ttl 1m -- ./backup.sh /srv
+  baton run --shared config -- ./read-config.sh
+  baton run nightly -- sh -c 'echo "token $BATON_TOKEN"'
+
+`
+
+const statusHelp = statusHelpBody + storeHelp
+
+const statusHelpBody = `Usage: baton status [PREFIX] [flags]
+
+List the locks held (whose names start with PREFIX, if given): one row per
+holder, sorted by name.
+
+Flags:
+  --json         print a JSON array of objects with the keys name, owner,
+                 mode, limit, token, host, meta, ttl_ms, created, renewed,
+                 expires, left_ms and queued (times in RFC 3339, UTC)
+  --all          also list waiters queued for a lock and holds that expired
+                 but were not purged
+  --store URL    the store (see below)
+
+Columns: NAME, MODE (exclusive, shared, or shared/N for a semaphore of N),
+OWNER, TOKEN (the fencing token; "(queued)" for waiters), HOST, LEFT (time
+left before the hold expires unless renewed), AGE (time since the grant).
+
+Examples:
+  baton status
+  baton status backup- --all
+  baton status --json | jq -r '.[] | select(.left_ms < 5000) | .name'
+
+`
+
+const releaseHelp = releaseHelpBody + storeHelp
+
+const releaseHelpBody = `Usage: baton release NAME --owner ID [flags]
+
+Release the hold of lock NAME by owner ID (see 'baton status'), for a lock
+whose holder is stuck. The holder is not told: it finds out at its next
+renewal (within a third of its TTL) and may act as the holder until then;
+a baton run holder then stops its command and exits with code 4.
+Exits 0 if the hold was released, 1 if that owner held nothing.
+
+Flags:
+  --owner ID     the owner whose hold to release (required)
+  --store URL    the store (see below)
+
+Example:
+  baton status nightly
+  baton release nightly --owner 5TQ3PKQO3BIGQ6ZXJCZXKW6XJA
+
+`
+
+const purgeHelp = purgeHelpBody + storeHelp
+
+const purgeHelpBody = `Usage: baton purge [flags]
+
+Delete the holds and queue entries that expired without being released
+(their holders died), and list them. Expired holds never block anyone, so
+this only saves space; fencing tokens keep increasing.
+
+Flags:
+  --store URL    the store (see below)
+
+Example:
+  baton purge
+
+`
+
+const versionHelp = `Usage: baton version
+
+Print baton's version, and the Go version and platform it was built for.
+`
+
+const helpHelp = `Usage: baton help [COMMAND]
+
+Show help for baton, or for COMMAND (the same as 'baton COMMAND --help').
+`

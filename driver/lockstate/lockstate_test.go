@@ -1,0 +1,164 @@
+package lockstate
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// FuzzRules drives one state with random requests from a few owners over
+// time and checks the invariants after every step.
+func FuzzRules(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(42), uint64(7))
+	f.Fuzz(func(t *testing.T, seed1, seed2 uint64) {
+		r := rand.New(rand.NewPCG(seed1, seed2))
+		var s State
+		now := time.Unix(1e6, 0)
+		owners := []string{"a", "b", "c", "d", "e"}
+		modes := map[string]driver.Request{}
+		for _, o := range owners {
+			req := driver.Request{Name: "n", Owner: o, Mode: driver.Exclusive, TTL: time.Duration(1+r.IntN(5)) * time.Second, QueueTTL: 3 * time.Second}
+			if r.IntN(2) == 0 {
+				req.Mode, req.Limit = driver.Shared, r.IntN(3)
+			}
+			modes[o] = req
+		}
+		var last uint64
+		for step := 0; step < 300; step++ {
+			now = now.Add(time.Duration(r.IntN(800)) * time.Millisecond)
+			o := owners[r.IntN(len(owners))]
+			req := modes[o]
+			switch r.IntN(4) {
+			case 0, 1:
+				req.Queue = r.IntN(2) == 0
+				g, err := s.Acquire(&req, now)
+				if err == nil && !g.Extended {
+					if g.Token <= last {
+						t.Fatalf("step %d: token %d not above %d", step, g.Token, last)
+					}
+					last = g.Token
+					checkGrant(t, &s, &req, now)
+				}
+				if err != nil && !errors.Is(err, driver.ErrNotGranted) {
+					t.Fatalf("step %d: %v", step, err)
+				}
+			case 2:
+				s.Renew("n", o, req.TTL, now)
+			case 3:
+				s.Release("n", o, now)
+			}
+			if err := invariants(&s, now); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	})
+}
+
+func checkGrant(t *testing.T, s *State, req *driver.Request, now time.Time) {
+	live := 0
+	for _, h := range s.Holders {
+		if now.Before(h.Expires) {
+			live++
+		}
+	}
+	if req.Mode == driver.Shared && req.Limit > 0 && live > req.Limit {
+		t.Fatalf("shared grant with limit %d left %d holders", req.Limit, live)
+	}
+	for _, q := range s.Queue {
+		if q.Owner == req.Owner {
+			t.Fatalf("granted owner %s still queued", req.Owner)
+		}
+	}
+}
+
+func invariants(s *State, now time.Time) error {
+	excl, owners := 0, map[string]bool{}
+	for _, h := range s.Holders {
+		if owners[h.Owner] {
+			return fmt.Errorf("owner %s holds twice", h.Owner)
+		}
+		owners[h.Owner] = true
+		if h.Mode == driver.Exclusive && now.Before(h.Expires) {
+			excl++
+		}
+		if h.Token > s.Seq {
+			return fmt.Errorf("token %d above counter %d", h.Token, s.Seq)
+		}
+	}
+	live := 0
+	for _, h := range s.Holders {
+		if now.Before(h.Expires) {
+			live++
+		}
+	}
+	if excl > 0 && live > 1 {
+		return fmt.Errorf("exclusive hold with %d live holders", live)
+	}
+	for i := 1; i < len(s.Queue); i++ {
+		if s.Queue[i].Token <= s.Queue[i-1].Token {
+			return fmt.Errorf("queue out of ticket order")
+		}
+	}
+	return nil
+}
+
+func TestRules(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	req := func(owner string, mode driver.Mode, limit int, queue bool) *driver.Request {
+		return &driver.Request{Name: "n", Owner: owner, Mode: mode, Limit: limit, TTL: time.Second, Queue: queue, QueueTTL: time.Second}
+	}
+	var s State
+	if _, err := s.Acquire(req("a", driver.Shared, 0, false), now); err != nil {
+		t.Fatal(err)
+	}
+	// A queued exclusive request keeps later shared ones out.
+	if _, err := s.Acquire(req("w", driver.Exclusive, 0, true), now); !errors.Is(err, driver.ErrNotGranted) {
+		t.Fatalf("writer: %v", err)
+	}
+	if _, err := s.Acquire(req("b", driver.Shared, 0, false), now); !errors.Is(err, driver.ErrNotGranted) {
+		t.Fatalf("reader behind a queued writer: %v", err)
+	}
+	var busy *driver.Busy
+	_, err := s.Acquire(req("b", driver.Shared, 0, false), now.Add(100*time.Millisecond))
+	if !errors.As(err, &busy) || busy.After != 900*time.Millisecond {
+		t.Fatalf("retry hint: %v", err)
+	}
+	// The writer's entry expires if it stops asking; then readers go ahead.
+	if _, err := s.Acquire(req("b", driver.Shared, 0, false), now.Add(1500*time.Millisecond)); err != nil {
+		t.Fatalf("reader after the writer's queue entry expired: %v", err)
+	}
+	// Re-acquire extends and keeps the token; another mode conflicts.
+	g1, _ := s.Acquire(req("b", driver.Shared, 0, false), now.Add(1600*time.Millisecond))
+	if !g1.Extended || g1.Token != s.Seq {
+		t.Fatalf("re-acquire: %+v", g1)
+	}
+	if _, err := s.Acquire(req("b", driver.Exclusive, 0, false), now.Add(1600*time.Millisecond)); !errors.Is(err, driver.ErrModeConflict) {
+		t.Fatalf("mode change: %v", err)
+	}
+	// Release reports whether a live hold was removed.
+	if !s.Release("n", "b", now.Add(1700*time.Millisecond)) || s.Release("n", "b", now.Add(1700*time.Millisecond)) {
+		t.Fatal("release")
+	}
+	// A polling waiter only writes when half its queue time is used.
+	var q State
+	q.Acquire(req("x", driver.Exclusive, 0, false), now)
+	q.Dirty = false
+	q.Acquire(req("y", driver.Exclusive, 0, true), now)
+	if !q.Dirty {
+		t.Fatal("enqueue did not mark the state dirty")
+	}
+	q.Dirty = false
+	q.Acquire(req("y", driver.Exclusive, 0, true), now.Add(100*time.Millisecond))
+	if q.Dirty {
+		t.Fatal("an early poll rewrote the queue entry")
+	}
+	q.Acquire(req("y", driver.Exclusive, 0, true), now.Add(600*time.Millisecond))
+	if !q.Dirty {
+		t.Fatal("a late poll did not refresh the queue entry")
+	}
+}
