@@ -265,7 +265,9 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		}
 		if watch != nil {
 			wctx, cancel := context.WithTimeout(ctx, c.opts.MaxPoll)
+			stop := context.AfterFunc(c.ctx, cancel) // Close ends the wait
 			_ = watch.Wait(wctx)
+			stop()
 			cancel()
 		} else {
 			t := time.NewTimer(d)

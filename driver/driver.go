@@ -29,6 +29,27 @@
 // A store that can wake waiters (LISTEN/NOTIFY, pub/sub, watches) also
 // implements [Waiter]; baton otherwise polls with jittered exponential
 // backoff.
+//
+// # The ten stores
+//
+// How each store meets the contract (stores other than mem and SQLite are
+// designs until their packages land):
+//
+//	store          atomic decision                      clock                   token                      wakes waiters
+//	mem            mutex + lockstate                    process monotonic       per-name counter           channel per name
+//	SQLite         BEGIN IMMEDIATE + lockstate          machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
+//	PostgreSQL     one server-side function call        now()                   per-name counter (row)     LISTEN/NOTIFY
+//	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
+//	Redis          one Lua script (PX, TIME)            Redis TIME              per-name INCR key          per-waiter list, BLPOP
+//	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
+//	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
+//	MongoDB        unique-key insert of versioned docs  holder's observation    per-name version           polling (change streams where real MongoDB)
+//	Elasticsearch  if_seq_no/if_primary_term CAS        holder's observation    per-name counter in doc    polling
+//	Spanner        read-write txn, conditional UPDATE   commit timestamps       commit timestamp           polling
+//
+// "Holder's observation" means a waiter judges a record expired only after
+// seeing it unchanged for its TTL on its own monotonic clock (client-go's
+// leader election does the same), so no two machines' clocks are compared.
 package driver
 
 import (

@@ -128,11 +128,11 @@ func oneLine(s string) string {
 
 // usageErr reports a command-line mistake and points at the help.
 func usageErr(cmd, format string, args ...any) int {
-	what, help := "baton", "baton --help"
+	help := "baton --help"
 	if cmd != "" {
-		what, help = "baton "+cmd, "baton "+cmd+" --help"
+		help = "baton " + cmd + " --help"
 	}
-	fmt.Fprintf(stderr, "%s: %s\nRun '%s' for usage.\n", what, oneLine(fmt.Sprintf(format, args...)), help)
+	fmt.Fprintf(stderr, "baton: %s\nRun '%s' for usage.\n", oneLine(fmt.Sprintf(format, args...)), help)
 	return exitUsage
 }
 
@@ -224,7 +224,7 @@ func storeURL(flagValue string) (raw, from string, err error) {
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p // C:/x on Windows
 	}
-	return (&url.URL{Scheme: "sqlite", Path: p}).String(), "default", nil
+	return (&url.URL{Scheme: "sqlite", Path: p}).String(), "the default store", nil
 }
 
 // defaultStorePath is $XDG_STATE_HOME/baton/baton.db, else
@@ -257,14 +257,15 @@ func redact(raw string) string {
 	if err != nil {
 		return ""
 	}
+	changed := false
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.User(u.User.Username())
+			changed = true
 		}
 	}
 	if u.RawQuery != "" {
 		q := u.Query()
-		changed := false
 		for k := range q {
 			switch strings.ToLower(k) {
 			case "password", "passwd", "pass", "pwd", "secret", "token", "auth", "access_key", "secret_key", "sslpassword":
@@ -272,9 +273,10 @@ func redact(raw string) string {
 				changed = true
 			}
 		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
+		u.RawQuery = q.Encode()
+	}
+	if !changed {
+		return raw // as the user wrote it: u.String() turns mem:// into mem:
 	}
 	return u.String()
 }

@@ -1,0 +1,13 @@
+module github.com/baton-go/baton/bench
+
+go 1.24
+
+require (
+	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/sqlite v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	github.com/baton-go/baton => ../
+	github.com/baton-go/baton/sqlite => ../sqlite
+)

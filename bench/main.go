@@ -1,0 +1,216 @@
+// Command bench measures lock stores and peer libraries side by side, with
+// the workloads of shared/notes/peer-baselines.md:
+//
+//	(a) uncontended: one client takes and releases a lock N times;
+//	    p50/p99 of one acquire+release.
+//	(b) contended: C clients, each with its own connection, hammer one lock
+//	    name for D; acquisitions per second, the per-client minimum and
+//	    maximum (fairness), and a mutual-exclusion check on a shared
+//	    counter.
+//	(c) hand-off: from the holder calling release to a blocked waiter's
+//	    acquire returning, H times; p50/p95.
+//
+// Usage:
+//
+//	go run ./bench -target baton-sqlite=sqlite:///tmp/bench.db -target baton-mem=mem://
+//
+// A target is NAME=URL for baton's stores. Output is a Markdown table.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-go/baton"
+	_ "github.com/baton-go/baton/sqlite"
+)
+
+// Locker is one client of a lock implementation.
+type Locker interface {
+	// Lock blocks until the lock named name is held and returns its release.
+	Lock(ctx context.Context, name string) (release func() error, err error)
+	Close() error
+}
+
+// Target makes clients of one implementation.
+type Target struct {
+	Name string
+	New  func(ctx context.Context) (Locker, error)
+}
+
+type targets []string
+
+func (t *targets) String() string     { return strings.Join(*t, ",") }
+func (t *targets) Set(s string) error { *t = append(*t, s); return nil }
+
+func main() {
+	var ts targets
+	flag.Var(&ts, "target", "NAME=URL of a baton store to measure (repeatable)")
+	n := flag.Int("n", 500, "uncontended iterations")
+	clients := flag.Int("clients", 8, "contending clients")
+	dur := flag.Duration("d", 5*time.Second, "contended run length")
+	handoffs := flag.Int("handoffs", 40, "hand-off samples")
+	flag.Parse()
+	if len(ts) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: give at least one -target NAME=URL")
+		os.Exit(2)
+	}
+	fmt.Printf("go %s, %s/%s, %d CPUs, %s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
+	fmt.Println("|---|---|---|---|")
+	for _, spec := range ts {
+		name, url, ok := strings.Cut(spec, "=")
+		if !ok {
+			fmt.Fprintf(os.Stderr, "bench: target %q is not NAME=URL\n", spec)
+			os.Exit(2)
+		}
+		t := batonTarget(name, url)
+		row, err := measure(t, *n, *clients, *dur, *handoffs)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		fmt.Println(row)
+	}
+}
+
+func batonTarget(name, url string) Target {
+	return Target{Name: name, New: func(ctx context.Context) (Locker, error) {
+		c, err := baton.Open(ctx, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		return batonLocker{c}, nil
+	}}
+}
+
+type batonLocker struct{ c *baton.Client }
+
+func (b batonLocker) Lock(ctx context.Context, name string) (func() error, error) {
+	l, err := b.c.Lock(ctx, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return l.Release(ctx) }, nil
+}
+
+func (b batonLocker) Close() error { return b.c.Close() }
+
+func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string, error) {
+	ctx := context.Background()
+	run := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+
+	// (a) uncontended
+	l, err := t.New(ctx)
+	if err != nil {
+		return "", err
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		rel, err := l.Lock(ctx, run+"/a")
+		if err != nil {
+			return "", err
+		}
+		if err := rel(); err != nil {
+			return "", err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	l.Close()
+
+	// (b) contended
+	ls := make([]Locker, clients)
+	for i := range ls {
+		if ls[i], err = t.New(ctx); err != nil {
+			return "", err
+		}
+	}
+	counts := make([]int, clients)
+	var inside atomic.Int32
+	var violations atomic.Int32
+	var wg sync.WaitGroup
+	var firstErr error
+	var errOnce sync.Once
+	deadline := time.Now().Add(dur)
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				rel, err := l.Lock(ctx, run+"/b")
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				if inside.Add(1) != 1 {
+					violations.Add(1)
+				}
+				counts[i]++
+				inside.Add(-1)
+				if err := rel(); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return "", firstErr
+	}
+	if v := violations.Load(); v > 0 {
+		return "", fmt.Errorf("MUTUAL EXCLUSION VIOLATED %d times", v)
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+
+	// (c) hand-off, between two of the contending clients
+	var ho []time.Duration
+	for i := 0; i < handoffs; i++ {
+		rel, err := ls[0].Lock(ctx, run+"/c")
+		if err != nil {
+			return "", err
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			rel2, err := ls[1].Lock(ctx, run+"/c")
+			got <- time.Now()
+			if err == nil {
+				rel2()
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // let the waiter block
+		start := time.Now()
+		if err := rel(); err != nil {
+			return "", err
+		}
+		ho = append(ho, (<-got).Sub(start))
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return fmt.Sprintf("| %s | %.0f/%.0f | %.0f (%d–%d) | %.2f/%.2f |", t.Name,
+		us(pct(lat, 50)), us(pct(lat, 99)),
+		float64(total)/dur.Seconds(), slices.Min(counts), slices.Max(counts),
+		ms(pct(ho, 50)), ms(pct(ho, 95))), nil
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

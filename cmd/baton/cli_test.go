@@ -1,0 +1,220 @@
+//go:build unix
+
+package main
+
+import (
+	"flag"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cmdline joins baton's arguments, "--" and a command.
+func cmdline(args []string, argv ...string) []string {
+	return append(append(args[:len(args):len(args)], "--"), argv...)
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range commands {
+		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+			r := e.baton(t, args...)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: baton "+c.name) || r.stderr != "" {
+				t.Errorf("baton %q: exit %d, stdout %.60q…, stderr %q", args, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		r := e.baton(t, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Exit codes:") || r.stderr != "" {
+			t.Errorf("baton %q: exit %d, stdout %.60q…, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	// --help works after a name too, and wins over missing arguments.
+	if r := e.baton(t, "run", "x", "--help"); r.code != 0 {
+		t.Errorf("baton run x --help: exit %d", r.code)
+	}
+	if r := e.baton(t); r.code != exitUsage || !strings.Contains(r.stderr, "Commands:") {
+		t.Errorf("baton without arguments: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := e.baton(t, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "baton ") {
+		t.Errorf("baton version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestHelpListsFlags checks that each flag of run is in its help text.
+func TestHelpListsFlags(t *testing.T) {
+	var f runFlags
+	runFlagSet(&f).VisitAll(func(fl *flag.Flag) {
+		dash := "--"
+		if len(fl.Name) == 1 {
+			dash = "-"
+		}
+		if !strings.Contains(runHelp, "  "+dash+fl.Name+" ") {
+			t.Errorf("baton run --help does not document %s%s", dash, fl.Name)
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "BATON_STORE=mem://")
+	ok := helperArgv("exit", "0")
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		usage bool
+	}{
+		{cmdline([]string{"run", "x", "-n", "0"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "-n", "-3", "x"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--ttl", "-1s"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--ttl", "0"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--ttl", "banana"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--timeout", "-1s"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", ""}, ok...), exitUsage, true},
+		{cmdline([]string{"run"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--bogus"}, ok...), exitUsage, true},
+		{[]string{"run", "x"}, exitUsage, true},
+		{[]string{"run", "x", "--"}, exitUsage, true},
+		{[]string{"run", "x", "echo", "hi"}, exitUsage, true},
+		{[]string{"run"}, exitUsage, true},
+		{cmdline([]string{"run", "x", "--store", "foo://bar"}, ok...), exitError, false},
+		{cmdline([]string{"run", "x", "--store", "no-scheme"}, ok...), exitError, false},
+		{cmdline([]string{"run", "x\x01y"}, ok...), exitUsage, false},
+		{cmdline([]string{"run", "x", "--owner", "has space"}, ok...), exitUsage, false},
+		{[]string{"status", "--store", "foo://bar"}, exitError, false},
+		{[]string{"status", "a", "b"}, exitUsage, true},
+		{[]string{"status", "--bogus"}, exitUsage, true},
+		{[]string{"release", "x"}, exitUsage, true},
+		{[]string{"release", "--owner", "o"}, exitUsage, true},
+		{[]string{"release", "x", "--owner", "o"}, exitError, false}, // held nothing
+		{[]string{"purge", "extra"}, exitUsage, true},
+		{[]string{"bogus"}, exitUsage, true},
+		{[]string{"help", "bogus"}, exitUsage, true},
+		{[]string{"--store", "x", "status"}, exitUsage, true},
+	} {
+		r := e.baton(t, tc.args...)
+		if r.code != tc.code {
+			t.Errorf("baton %q: exit %d, want %d; stderr:\n%s", tc.args, r.code, tc.code, r.stderr)
+		}
+		checkOneLine(t, r, tc.usage)
+		if r.stdout != "" {
+			t.Errorf("baton %q: stdout %q", tc.args, r.stdout)
+		}
+	}
+	// With BATON_STORE pointing to an unknown store, the message says so.
+	r := newEnv(t, "BATON_STORE=foo://x").baton(t, cmdline([]string{"run", "x"}, ok...)...)
+	if r.code != exitError || !strings.Contains(r.stderr, "BATON_STORE") || !strings.Contains(r.stderr, `"foo"`) {
+		t.Errorf("unknown store from BATON_STORE: exit %d, stderr %q", r.code, r.stderr)
+	}
+	checkOneLine(t, r, false)
+}
+
+func TestExitCodePassThrough(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, code := range []int{0, 1, 3, 7, 42, 255} {
+		r := e.baton(t, cmdline([]string{"run", "x", "--store", "mem://"}, helperArgv("exit", strconv.Itoa(code))...)...)
+		if r.code != code || r.stderr != "" {
+			t.Errorf("command exited %d: baton exited %d, stderr %q", code, r.code, r.stderr)
+		}
+	}
+	r := e.baton(t, cmdline([]string{"run", "x", "--store", "mem://"}, helperArgv("kill-self")...)...)
+	if r.code != 128+int(syscall.SIGKILL) {
+		t.Errorf("command killed by SIGKILL: baton exited %d, want %d", r.code, 128+int(syscall.SIGKILL))
+	}
+	r = e.baton(t, "run", "x", "--store", "mem://", "--", filepath.Join(t.TempDir(), "missing"))
+	if r.code != exitNotFound {
+		t.Errorf("missing command: exit %d, want %d", r.code, exitNotFound)
+	}
+	checkOneLine(t, r, false)
+	r = e.baton(t, "run", "x", "--store", "mem://", "--", t.TempDir())
+	if r.code != exitCannotRun {
+		t.Errorf("directory as command: exit %d, want %d", r.code, exitCannotRun)
+	}
+	checkOneLine(t, r, false)
+}
+
+func TestChildEnv(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "BATON_STORE=mem://", "BATON_TOKEN=stale")
+	for _, tc := range []struct {
+		flags []string
+		mode  string
+	}{
+		{[]string{"--owner", "Owner-1", "--ttl", "30s"}, "exclusive"},
+		{[]string{"--shared", "--owner", "Owner-1", "--ttl", "30s"}, "shared"},
+		{[]string{"-n", "3", "--owner", "Owner-1", "--ttl=30s"}, "shared"},
+	} {
+		// Flags go before and after the name.
+		args := append(append([]string{"run", tc.flags[0], "job"}, tc.flags[1:]...), "--")
+		r := e.baton(t, append(args, helperArgv("env")...)...)
+		if r.code != 0 {
+			t.Fatalf("baton %q: exit %d, stderr %s", args, r.code, r.stderr)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			if _, dup := got[k]; dup {
+				t.Errorf("%s twice in the environment", k)
+			}
+			got[k] = v
+		}
+		want := map[string]string{
+			"BATON_NAME": "job", "BATON_OWNER": "Owner-1", "BATON_TTL": "30s",
+			"BATON_MODE": tc.mode, "BATON_STORE": "mem://",
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%v: %s=%q, want %q", tc.flags, k, got[k], v)
+			}
+		}
+		if n, err := strconv.ParseUint(got["BATON_TOKEN"], 10, 64); err != nil || n == 0 {
+			t.Errorf("%v: BATON_TOKEN=%q", tc.flags, got["BATON_TOKEN"])
+		}
+	}
+}
+
+// TestSignals checks that baton passes SIGTERM and SIGINT on to its
+// command, waits for it, and exits with its code; and that a command that
+// ignores the signal is killed after --grace.
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		e := newEnv(t)
+		dir := t.TempDir()
+		b := e.start(t, cmdline([]string{"run", "x", "--store", "mem://"}, helperArgv("wait", dir)...)...)
+		waitFile(t, filepath.Join(dir, "started"))
+		if err := b.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		r := b.wait(t)
+		if r.code != 42 {
+			t.Errorf("%v: baton exited %d, want the command's 42; stderr %q", sig, r.code, r.stderr)
+		}
+		if got := readString(t, filepath.Join(dir, "signal")); got != sig.String()+"\n" {
+			t.Errorf("%v: the command got %q", sig, got)
+		}
+	}
+
+	e := newEnv(t)
+	dir := t.TempDir()
+	b := e.start(t, cmdline([]string{"run", "x", "--store", "mem://", "--grace", "200ms"}, helperArgv("wait", dir, "ignore")...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	start := time.Now()
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	r := b.wait(t)
+	if r.code != 128+int(syscall.SIGKILL) {
+		t.Errorf("command that ignores SIGTERM: baton exited %d, want %d; stderr %q", r.code, 128+int(syscall.SIGKILL), r.stderr)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("command killed %v after SIGTERM, before the grace of 200ms", d)
+	}
+	if got := readString(t, filepath.Join(dir, "signal")); got != "terminated\n" {
+		t.Errorf("the command got %q", got)
+	}
+}

@@ -1,0 +1,147 @@
+package baton_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// The common case: one job at a time across every process that shares the
+// store. mem:// keeps the example self-contained; use sqlite:///path, or
+// the URL of a shared store, to lock across processes.
+func Example() {
+	ctx := context.Background()
+	client, err := baton.Open(ctx, "mem://", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	lease, err := client.Lock(ctx, "nightly-report", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	// Pass the fencing token to whatever the job writes to, and stop when
+	// the lease may be lost.
+	select {
+	case <-lease.Done():
+		log.Print("lease lost: ", lease.Err())
+	default:
+		fmt.Println("holding nightly-report with token", lease.Token())
+	}
+	// Output: holding nightly-report with token 1
+}
+
+// TryLock does not wait: it fails with ErrLocked when someone else holds
+// the lock.
+func ExampleClient_TryLock() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	first, _ := client.TryLock(ctx, "cron", nil)
+	_, err := client.TryLock(ctx, "cron", nil)
+	fmt.Println(err)
+	first.Release(ctx)
+	// Output: baton: lock is held: lock "cron"
+}
+
+// Do runs a function under the lock, with a context that ends if the lease
+// may be lost (Kestra's doInLock); ctx bounds the wait and the function.
+func ExampleClient_Do() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	err := client.Do(ctx, "migrate", nil, func(ctx context.Context, l *baton.Lease) error {
+		fmt.Println("migrating under token", l.Token())
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// migrating under token 1
+	// err: <nil>
+}
+
+// Shared locks and semaphores: many readers, or at most N holders.
+func ExampleLockOptions() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	r1, _ := client.TryLock(ctx, "catalog", &baton.LockOptions{Shared: true})
+	r2, _ := client.TryLock(ctx, "catalog", &baton.LockOptions{Shared: true})
+	_, err := client.TryLock(ctx, "catalog", nil) // a writer must wait
+	fmt.Println("two readers:", r1.Token(), r2.Token(), "writer:", err)
+
+	slots := &baton.LockOptions{Limit: 2} // a semaphore of 2
+	s1, _ := client.TryLock(ctx, "gpu", slots)
+	s2, _ := client.TryLock(ctx, "gpu", slots)
+	_, err = client.TryLock(ctx, "gpu", slots)
+	fmt.Println("two slots:", s1.Token(), s2.Token(), "third:", err)
+	// Output:
+	// two readers: 1 2 writer: baton: lock is held: lock "catalog"
+	// two slots: 1 2 third: baton: lock is held: lock "gpu"
+}
+
+// Locks taken with one owner form a group that is renewed or released in
+// one call (mongo-lock's lock ids).
+func ExampleClient_ReleaseOwner() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	owner := baton.NewOwner()
+	for _, name := range []string{"invoice/1", "invoice/2"} {
+		if _, err := client.Lock(ctx, name, &baton.LockOptions{Owner: owner}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	released, _ := client.ReleaseOwner(ctx, owner)
+	fmt.Println("released", len(released), "locks")
+	// Output: released 2 locks
+}
+
+// A leader loop: Run campaigns, calls the function while leading, and
+// campaigns again if leadership is lost, until ctx ends.
+func ExampleElection_Run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	e, err := client.Election("scheduler", &baton.ElectionOptions{Value: "10.0.0.7:8080"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = e.Run(ctx, func(ctx context.Context, l *baton.Lease) error {
+		leader, _ := e.Leader(ctx)
+		fmt.Println("leading as", leader.Value, "with token", l.Token())
+		cancel() // a real leader works until ctx ends
+		return nil
+	})
+	fmt.Println("run:", err)
+	// Output:
+	// leading as 10.0.0.7:8080 with token 1
+	// run: <nil>
+}
+
+// Status lists holders, with mongo-lock's filters.
+func ExampleClient_Status() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", &baton.Options{Host: "web-1"})
+	defer client.Close()
+
+	client.Lock(ctx, "jobs/a", &baton.LockOptions{Meta: map[string]string{"job": "export"}})
+	client.Lock(ctx, "other", nil)
+	infos, _ := client.Status(ctx, &baton.Filter{Prefix: "jobs/"})
+	for _, i := range infos {
+		fmt.Println(i.Name, i.Mode, i.Token, i.Host, i.Meta["job"])
+	}
+	// Output: jobs/a exclusive 1 web-1 export
+}

@@ -1,0 +1,233 @@
+package sqlite
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// shared is what the Stores and Watches of this process that use one
+// database file have in common: the broadcast that wakes waiters, the
+// file-system watcher that turns other processes' commits into broadcasts,
+// and the semaphore that lets this process's writers take turns without
+// going through SQLite's busy handler.
+type shared struct {
+	path string // cleaned absolute path of the database file
+	refs int    // Stores and Watches using it; guarded by registryMu
+
+	// write admits one write transaction of this process at a time.
+	write chan struct{}
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+
+	wmu      sync.Mutex // guards the fields below
+	watches  int        // open Watches
+	watcher  *fsnotify.Watcher
+	loopDone chan struct{} // closed when the watcher's goroutine exits
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]*shared{}
+)
+
+// acquireShared returns the shared state of path, creating it if needed,
+// and counts one more user of it.
+func acquireShared(path string) *shared {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	sh := registry[path]
+	if sh == nil {
+		sh = &shared{path: path, write: make(chan struct{}, 1), changed: make(chan struct{})}
+		registry[path] = sh
+	}
+	sh.refs++
+	return sh
+}
+
+// release counts one user fewer and forgets sh with its last user.
+func (sh *shared) release() {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if sh.refs--; sh.refs == 0 {
+		delete(registry, sh.path)
+	}
+}
+
+// lockWrite waits for this process's turn to write, or for ctx to end.
+func (sh *shared) lockWrite(ctx context.Context) error {
+	select {
+	case sh.write <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sh *shared) unlockWrite() { <-sh.write }
+
+// broadcast wakes every Watch of the file.
+func (sh *shared) broadcast() {
+	sh.mu.Lock()
+	close(sh.changed)
+	sh.changed = make(chan struct{})
+	sh.mu.Unlock()
+}
+
+// generation returns the channel that the next broadcast closes.
+func (sh *shared) generation() <-chan struct{} {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.changed
+}
+
+// echoDelay is how long after a file event a second broadcast follows. A
+// commit by another process writes its WAL frames (the event) just before
+// it publishes them in the WAL index; a waiter woken by the event that
+// reads in between still sees the old state, and the echo wakes it again.
+const echoDelay = 5 * time.Millisecond
+
+// watchTarget is what the file-system watcher observes, and whether an
+// event names a file whose change may mean a commit. On Linux it is the
+// directory (inotify reports writes to the files in it), which survives
+// the WAL file being deleted and created again; elsewhere it is the WAL
+// file itself, since watching a directory with kqueue opens every file in
+// it.
+func (sh *shared) watchTarget() (string, func(string) bool) {
+	wal := sh.path + "-wal"
+	if runtime.GOOS == "linux" {
+		return filepath.Dir(sh.path), func(name string) bool {
+			name = filepath.Clean(name)
+			return name == wal || name == sh.path
+		}
+	}
+	return wal, func(string) bool { return true }
+}
+
+// startWatch counts one more Watch, starting the file-system watcher with
+// the first. A watcher that cannot be set up is not an error: Watches then
+// see this process's commits only, and baton's fallback poll the others'.
+func (sh *shared) startWatch() {
+	sh.wmu.Lock()
+	defer sh.wmu.Unlock()
+	sh.watches++
+	if sh.watcher != nil || sh.watches > 1 {
+		return
+	}
+	target, match := sh.watchTarget()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return
+	}
+	if err := w.Add(target); err != nil {
+		w.Close()
+		return
+	}
+	sh.watcher, sh.loopDone = w, make(chan struct{})
+	go sh.loop(w, match, sh.loopDone)
+}
+
+// stopWatch counts one Watch fewer, stopping the watcher with the last.
+func (sh *shared) stopWatch() {
+	sh.wmu.Lock()
+	defer sh.wmu.Unlock()
+	if sh.watches--; sh.watches > 0 || sh.watcher == nil {
+		return
+	}
+	sh.watcher.Close()
+	<-sh.loopDone
+	sh.watcher, sh.loopDone = nil, nil
+}
+
+func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan struct{}) {
+	defer close(done)
+	echo := time.NewTimer(time.Hour)
+	echo.Stop()
+	defer echo.Stop()
+	pending := false
+	for {
+		select {
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if ev.Op&(fsnotify.Write|fsnotify.Create) != 0 && match(ev.Name) {
+				sh.broadcast()
+				if !pending {
+					pending = true
+					echo.Reset(echoDelay)
+				}
+			}
+		case _, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An error (a queue overflow, say) may hide an event.
+			sh.broadcast()
+		case <-echo.C:
+			pending = false
+			sh.broadcast()
+		}
+	}
+}
+
+// Watch implements driver.Waiter. A Watch wakes on every commit to the
+// database file: at once for commits made in this process, and through a
+// file-system watch on the WAL file for commits made by other processes.
+// Wake-ups are not filtered by lock name, so some are spurious.
+func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	registryMu.Lock()
+	s.sh.refs++
+	registryMu.Unlock()
+	w := &watch{sh: s.sh, ch: s.sh.generation()}
+	s.sh.startWatch()
+	return w, nil
+}
+
+type watch struct {
+	sh     *shared
+	mu     sync.Mutex
+	ch     <-chan struct{} // the generation last waited for
+	closed bool
+}
+
+func (w *watch) Wait(ctx context.Context) error {
+	w.mu.Lock()
+	ch := w.ch
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		w.mu.Lock()
+		w.ch = w.sh.generation()
+		w.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *watch) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	w.sh.stopWatch()
+	w.sh.release()
+	return nil
+}
