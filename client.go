@@ -260,11 +260,17 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			return nil, storeErr("lock", name, err)
 		}
 		d := bo.next()
-		if busy := (*driver.Busy)(nil); errors.As(err, &busy) && busy.After > 0 && busy.After < d {
-			d = busy.After // the blocking hold expires then
+		if after := busyAfter(err); after > 0 && after < d {
+			d = after // the blocking hold expires then
 		}
 		if watch != nil {
-			wctx, cancel := context.WithTimeout(ctx, c.opts.MaxPoll)
+			// The store wakes us on changes; a hold that expires is no
+			// change it reports, so wake then too.
+			t := c.opts.MaxPoll
+			if after := busyAfter(err); after > 0 && after < t {
+				t = after
+			}
+			wctx, cancel := context.WithTimeout(ctx, t)
 			stop := context.AfterFunc(c.ctx, cancel) // Close ends the wait
 			_ = watch.Wait(wctx)
 			stop()
@@ -287,6 +293,14 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			return nil, storeErr("lock", name, ErrClosed)
 		}
 	}
+}
+
+// busyAfter is the store's hint of when the blocking hold expires (0: none).
+func busyAfter(err error) time.Duration {
+	if busy := (*driver.Busy)(nil); errors.As(err, &busy) && busy.After > 0 {
+		return busy.After
+	}
+	return 0
 }
 
 // abandon removes a request's queue entry, or a grant whose reply was lost.

@@ -12,9 +12,11 @@
 //
 // Usage:
 //
-//	go run ./bench -target baton-sqlite=sqlite:///tmp/bench.db -target baton-mem=mem://
+//	go run ./bench -target baton=sqlite:///tmp/bench.db -target baton=mem://
 //
-// A target is NAME=URL for baton's stores. Output is a Markdown table.
+// A target is KIND=URL: KIND "baton" measures baton on the store at URL;
+// other kinds are peer libraries, registered by the files of this package
+// (see kinds). Output is a Markdown table, one row per target.
 package main
 
 import (
@@ -53,37 +55,53 @@ func (t *targets) Set(s string) error { *t = append(*t, s); return nil }
 
 func main() {
 	var ts targets
-	flag.Var(&ts, "target", "NAME=URL of a baton store to measure (repeatable)")
+	flag.Var(&ts, "target", "KIND=URL to measure (repeatable); kinds: "+kindNames())
 	n := flag.Int("n", 500, "uncontended iterations")
 	clients := flag.Int("clients", 8, "contending clients")
 	dur := flag.Duration("d", 5*time.Second, "contended run length")
 	handoffs := flag.Int("handoffs", 40, "hand-off samples")
 	flag.Parse()
 	if len(ts) == 0 {
-		fmt.Fprintln(os.Stderr, "bench: give at least one -target NAME=URL")
+		fmt.Fprintln(os.Stderr, "bench: give at least one -target KIND=URL; kinds: "+kindNames())
 		os.Exit(2)
 	}
 	fmt.Printf("go %s, %s/%s, %d CPUs, %s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
 	fmt.Println("|---|---|---|---|")
 	for _, spec := range ts {
-		name, url, ok := strings.Cut(spec, "=")
-		if !ok {
-			fmt.Fprintf(os.Stderr, "bench: target %q is not NAME=URL\n", spec)
+		kind, url, ok := strings.Cut(spec, "=")
+		mk := kinds[kind]
+		if !ok || mk == nil {
+			fmt.Fprintf(os.Stderr, "bench: target %q is not KIND=URL with a known kind (%s)\n", spec, kindNames())
 			os.Exit(2)
 		}
-		t := batonTarget(name, url)
+		t := mk(url)
 		row, err := measure(t, *n, *clients, *dur, *handoffs)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", t.Name, err)
 			os.Exit(1)
 		}
 		fmt.Println(row)
 	}
 }
 
-func batonTarget(name, url string) Target {
-	return Target{Name: name, New: func(ctx context.Context) (Locker, error) {
+// kinds maps a target kind to its constructor; peer files add theirs in init.
+var kinds = map[string]func(url string) Target{
+	"baton": batonTarget,
+}
+
+func kindNames() string {
+	var ns []string
+	for k := range kinds {
+		ns = append(ns, k)
+	}
+	slices.Sort(ns)
+	return strings.Join(ns, ", ")
+}
+
+func batonTarget(url string) Target {
+	scheme, _, _ := strings.Cut(url, ":")
+	return Target{Name: "baton-" + scheme, New: func(ctx context.Context) (Locker, error) {
 		c, err := baton.Open(ctx, url, nil)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,61 @@
+package drivertest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/mem"
+)
+
+// stealing grants every request at once by first releasing whoever holds.
+type stealing struct{ *mem.Store }
+
+func (s stealing) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	hs, _ := s.List(ctx, &driver.Filter{Name: req.Name})
+	for _, h := range hs {
+		if h.Owner != req.Owner {
+			s.Release(ctx, []driver.Key{{Name: h.Name, Owner: h.Owner}})
+		}
+	}
+	return s.Store.Acquire(ctx, req)
+}
+
+// staleTokens hands out the same token every time.
+type staleTokens struct{ *mem.Store }
+
+func (s staleTokens) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	g, err := s.Store.Acquire(ctx, req)
+	if g != nil {
+		g.Token = 7
+	}
+	return g, err
+}
+
+// TestSuiteCatchesBrokenStores runs the contention tests in a child process
+// against stores that break the rules, and wants them to fail.
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	if kind := os.Getenv("DRIVERTEST_BROKEN"); kind != "" {
+		Run(t, Config{Open: func(testing.TB) driver.Store {
+			st := mem.Open("broken")
+			if kind == "steal" {
+				return stealing{st}
+			}
+			return staleTokens{st}
+		}})
+		return
+	}
+	for kind, want := range map[string]string{"steal": "overlap", "stale": "token"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteCatchesBrokenStores$/^ContentionExclusive$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DRIVERTEST_BROKEN="+kind)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("the suite passed a store that breaks the rules (%s):\n%s", kind, out)
+		} else if !strings.Contains(string(out), want) {
+			t.Errorf("the suite failed the %s store, but not with %q:\n%s", kind, want, out)
+		}
+	}
+}
