@@ -43,6 +43,11 @@ type Config struct {
 	Slow float64
 	// Contenders is the number of clients in contention tests (default 6).
 	Contenders int
+	// SessionBound is set for stores whose holds live in a store session
+	// (Grant.Session): a crashed holder's hold then vanishes when its
+	// session times out, instead of expiring in place. Such stores must
+	// implement Crasher and Partitioner.
+	SessionBound bool
 }
 
 type suite struct {
@@ -480,7 +485,8 @@ func (s *suite) noKeepAliveExpires(t *testing.T) {
 }
 
 // crashedHolderExpires simulates a holder that dies: it takes the lock
-// through the driver and never renews or releases it.
+// through the driver and never renews or releases it (a session-bound store
+// crashes its session instead).
 func (s *suite) crashedHolderExpires(t *testing.T) {
 	ctx := s.ctx(t)
 	raw := s.cfg.Open(t)
@@ -495,21 +501,26 @@ func (s *suite) crashedHolderExpires(t *testing.T) {
 		t.Fatalf("driver Acquire: %v", err)
 	}
 	mustBeLocked(t, ctx, b, n, nil)
+	if s.cfg.SessionBound {
+		crash(t, raw)
+	}
 	lb := mustLock(t, ctx, b, n, nil)
-	if since := time.Since(sent); since < ttl {
+	if since := time.Since(sent); !s.cfg.SessionBound && since < ttl {
 		t.Fatalf("granted %v after a crashed holder's grant, before its TTL %v ran out", since, ttl)
 	}
 	if lb.Token() <= g.Token {
 		t.Errorf("takeover token %d not above crashed holder's %d", lb.Token(), g.Token)
 	}
-	// The crashed holder's late renew and release change nothing.
-	gs, err := raw.Renew(ctx, []driver.Hold{{Name: n, Owner: req.Owner, TTL: ttl}})
-	if err != nil || len(gs) != 1 || gs[0] != nil {
-		t.Errorf("late Renew = %v, %v; want [nil]", gs, err)
-	}
-	held, err := raw.Release(ctx, []driver.Key{{Name: n, Owner: req.Owner}})
-	if err != nil || len(held) != 1 || held[0] {
-		t.Errorf("late Release = %v, %v; want [false]", held, err)
+	if !s.cfg.SessionBound {
+		// The crashed holder's late renew and release change nothing.
+		gs, err := raw.Renew(ctx, []driver.Hold{{Name: n, Owner: req.Owner, TTL: ttl}})
+		if err != nil || len(gs) != 1 || gs[0] != nil {
+			t.Errorf("late Renew = %v, %v; want [nil]", gs, err)
+		}
+		held, err := raw.Release(ctx, []driver.Key{{Name: n, Owner: req.Owner}})
+		if err != nil || len(held) != 1 || held[0] {
+			t.Errorf("late Release = %v, %v; want [false]", held, err)
+		}
 	}
 	if err := lb.Renew(ctx); err != nil {
 		t.Errorf("new holder's Renew after the late calls: %v", err)
@@ -519,6 +530,15 @@ func (s *suite) crashedHolderExpires(t *testing.T) {
 		t.Errorf("Status = %+v, %v; want only the new holder", hs, err)
 	}
 	release(t, ctx, lb)
+}
+
+func crash(t testing.TB, st driver.Store) {
+	t.Helper()
+	c, ok := st.(Crasher)
+	if !ok {
+		t.Fatalf("a session-bound store must implement drivertest.Crasher")
+	}
+	c.Crash()
 }
 
 func (s *suite) lostLeaseNotified(t *testing.T) {
@@ -693,6 +713,18 @@ func (s *suite) purge(t *testing.T) {
 	g, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: baton.NewOwner(), Mode: driver.Exclusive, TTL: ttl, Host: "crashed"})
 	if err != nil {
 		t.Fatalf("driver Acquire: %v", err)
+	}
+	if s.cfg.SessionBound {
+		// The hold vanishes with its session: nothing is left to purge.
+		crash(t, raw)
+		release(t, ctx, mustLock(t, ctx, a, n, nil))
+		if _, err := a.Purge(ctx); err != nil {
+			t.Errorf("Purge: %v", err)
+		}
+		if hs, _ := a.Status(ctx, &baton.Filter{Name: n, Expired: true}); len(hs) != 0 {
+			t.Errorf("after the session ended, Status shows %+v", hs)
+		}
+		return
 	}
 	time.Sleep(ttl + s.d(100*time.Millisecond))
 	if hs, _ := a.Status(ctx, &baton.Filter{Name: n}); len(hs) != 0 {

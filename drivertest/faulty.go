@@ -11,9 +11,21 @@ import (
 // ErrPartitioned is returned by a Faulty store while it is cut off.
 var ErrPartitioned = errors.New("drivertest: client is partitioned from the store")
 
+// Partitioner is implemented, for tests, by stores that talk to the server
+// on their own (session keepalives): SetPartitioned(true) must cut that
+// traffic too, as a network partition would, until SetPartitioned(false).
+type Partitioner interface{ SetPartitioned(bool) }
+
+// Crasher is implemented, for tests, by stores whose holds live in a store
+// session: Crash must drop the session without any clean-up (no release,
+// no session close), as a killed process would, so that the server ends it
+// when its timeout runs out. The store is unusable afterwards.
+type Crasher interface{ Crash() }
+
 // Faulty wraps a store so that a test can cut one client off from it, as a
 // network partition or a dead store would: while down, every call fails at
-// once with ErrPartitioned, and nothing reaches the store.
+// once with ErrPartitioned, nothing reaches the store, and a store that is
+// a Partitioner has its own traffic cut too.
 type Faulty struct {
 	driver.Store
 	mu   sync.Mutex
@@ -28,6 +40,9 @@ func (f *Faulty) SetDown(down bool) {
 	f.mu.Lock()
 	f.down = down
 	f.mu.Unlock()
+	if p, ok := f.Store.(Partitioner); ok {
+		p.SetPartitioned(down)
+	}
 }
 
 func (f *Faulty) check() error {
