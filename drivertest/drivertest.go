@@ -943,13 +943,16 @@ func (s *suite) contend(t *testing.T, clients, rounds int, opts func(client, rou
 				}
 				var end time.Time
 				if lose != nil && lose(i, r) {
-					// The holder loses the store and stops when told.
-					f.SetDown(true)
-					<-l.Done()
-					end = l.Deadline()
+					// The holder loses the store and stops working. Its
+					// section ends, for History, at its deadline, when Done
+					// fires; the real-time counter cannot wait for that, as
+					// a timer may fire late on a loaded machine.
 					if excl {
 						active.Add(-1)
 					}
+					f.SetDown(true)
+					<-l.Done()
+					end = l.Deadline()
 					f.SetDown(false)
 				} else {
 					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)

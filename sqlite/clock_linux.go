@@ -3,6 +3,8 @@
 package sqlite
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 
@@ -23,12 +25,18 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-// readBootID returns the kernel's id of the current boot, or "" if it
-// cannot be read.
-func readBootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
+// readBootID returns the kernel's id of the current boot. Without it the
+// store could not tell holders of an earlier boot, whose monotonic times
+// mean nothing now, from live ones.
+func readBootID() (string, error) {
+	const file = "/proc/sys/kernel/random/boot_id"
+	b, err := os.ReadFile(file)
+	id := strings.TrimSpace(string(b))
+	if err == nil && id == "" {
+		err = errors.New("file is empty")
 	}
-	return strings.TrimSpace(string(b))
+	if err != nil {
+		return "", fmt.Errorf("sqlite: cannot read the boot id from %s, which the store needs to tell holds of an earlier boot from live ones: %w", file, err)
+	}
+	return id, nil
 }

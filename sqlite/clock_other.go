@@ -11,4 +11,4 @@ const clockIsWall = true
 
 func monoNow() int64 { return time.Now().UnixNano() }
 
-func readBootID() string { return "" }
+func readBootID() (string, error) { return "", nil }

@@ -3,7 +3,9 @@ module github.com/baton-go/baton/sqlite
 go 1.24
 
 require (
+	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.35.0
 	modernc.org/sqlite v1.39.0
 )

@@ -1,0 +1,623 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
+	"github.com/baton-go/baton/sqlite"
+)
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t testing.TB, path string, o *sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func client(t testing.TB, s driver.Store, o *baton.Options) *baton.Client {
+	t.Helper()
+	c, err := baton.New(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestConformance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	drivertest.Run(t, drivertest.Config{
+		Open: func(t testing.TB) driver.Store { return open(t, path, nil) },
+	})
+}
+
+func TestBasic(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "sub", "dir", "locks.db")
+	a := client(t, open(t, path, nil), nil)
+	b := client(t, open(t, path, nil), nil)
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("created directory: %v, %v; want it private", fi.Mode(), err)
+	}
+
+	before := time.Now()
+	la, err := a.TryLock(ctx, "job", &baton.LockOptions{Meta: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Token() == 0 {
+		t.Error("token 0")
+	}
+	if _, err := b.TryLock(ctx, "job", nil); !errors.Is(err, baton.ErrLocked) {
+		t.Fatalf("second TryLock: %v, want ErrLocked", err)
+	}
+	st, err := b.Status(ctx, &baton.Filter{Name: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].Owner != la.Owner() || st[0].Token != la.Token() || st[0].Meta["k"] != "v" {
+		t.Fatalf("Status = %+v", st)
+	}
+	// Times are shown on the wall clock, the time left on the monotonic one.
+	if d := st[0].Created.Sub(before); d < -time.Minute || d > time.Minute {
+		t.Errorf("Created %v is %v away from the wall clock", st[0].Created, d)
+	}
+	if d := st[0].Expires.Sub(st[0].Renewed); d != 15*time.Second {
+		t.Errorf("Expires-Renewed = %v, want the TTL 15s", d)
+	}
+	if st[0].Left <= 0 || st[0].Left > 15*time.Second {
+		t.Errorf("Left = %v", st[0].Left)
+	}
+	if info := la.Info(); !info.Created.Equal(st[0].Created) {
+		t.Errorf("lease Created %v, listed %v", info.Created, st[0].Created)
+	}
+	if err := la.Renew(ctx); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Renew(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("Renew after release: %v, want ErrNotHeld", err)
+	}
+	lb, err := b.TryLock(ctx, "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d", lb.Token(), la.Token())
+	}
+
+	// A blocking Lock waits for the release, woken by the store.
+	ch := make(chan *baton.Lease, 1)
+	go func() {
+		l, err := a.Lock(ctx, "job", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- l
+	}()
+	select {
+	case <-ch:
+		t.Fatal("Lock returned while the lock was held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-ch; l != nil && l.Token() <= lb.Token() {
+		t.Errorf("token %d after %d", l.Token(), lb.Token())
+	}
+
+	// Owner groups.
+	owner := baton.NewOwner()
+	for _, n := range []string{"g1", "g2"} {
+		if _, err := a.TryLock(ctx, n, &baton.LockOptions{Owner: owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewed, err := b.RenewOwner(ctx, owner, time.Minute)
+	if err != nil || len(renewed) != 2 {
+		t.Fatalf("RenewOwner = %v, %v", renewed, err)
+	}
+	released, err := b.ReleaseOwner(ctx, owner)
+	if err != nil || len(released) != 2 {
+		t.Fatalf("ReleaseOwner = %v, %v", released, err)
+	}
+}
+
+func TestExpiryAndPurge(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	a := client(t, open(t, path, nil), nil)
+	b := client(t, open(t, path, nil), nil)
+	ttl := 300 * time.Millisecond
+	sent := time.Now() // the store's grant, and its TTL, start no earlier
+	la, err := a.TryLock(ctx, "exp", &baton.LockOptions{TTL: ttl, NoKeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb *baton.Lease
+	for lb == nil {
+		l, err := b.TryLock(ctx, "exp", nil)
+		switch {
+		case err == nil:
+			lb = l
+		case !errors.Is(err, baton.ErrLocked):
+			t.Fatal(err)
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if d := time.Since(sent); d < ttl {
+		t.Fatalf("granted to another owner %v after the first grant, before the TTL %v", d, ttl)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d", lb.Token(), la.Token())
+	}
+	if err := la.Renew(ctx); !errors.Is(err, baton.ErrNotHeld) {
+		t.Errorf("late Renew: %v, want ErrNotHeld", err)
+	}
+
+	// An expired hold that its holder did not release (it died) is
+	// listed with Expired, and purged.
+	s := open(t, path, nil)
+	if _, err := s.Acquire(ctx, &driver.Request{Name: "purge-me", Owner: "dead", Mode: driver.Exclusive, TTL: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	st, err := b.Status(ctx, &baton.Filter{Name: "purge-me", Expired: true})
+	if err != nil || len(st) != 1 || st[0].Left > 0 {
+		t.Fatalf("Status(Expired) = %+v, %v", st, err)
+	}
+	purged, err := b.Purge(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, h := range purged {
+		if h.Name == "purge-me" {
+			found = true
+			if d := time.Since(h.Expires); d < 0 || d > time.Minute {
+				t.Errorf("purged hold expired at %v, %v ago", h.Expires, d)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("Purge = %+v, want purge-me", purged)
+	}
+	if st, _ := b.Status(ctx, &baton.Filter{Name: "purge-me", Expired: true}); len(st) != 0 {
+		t.Errorf("after Purge, Status = %+v", st)
+	}
+}
+
+func TestTokensIncreaseAcrossStoresAndReopen(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	var last uint64
+	for i := range 6 {
+		s, err := sqlite.Open(ctx, path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := baton.New(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Alternate two Stores open at once with a full reopen.
+		var other *baton.Client
+		if i%2 == 0 {
+			other = client(t, open(t, path, nil), nil)
+		}
+		for _, cl := range []*baton.Client{c, other} {
+			if cl == nil {
+				continue
+			}
+			l, err := cl.TryLock(ctx, "tok", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Token() <= last {
+				t.Errorf("token %d not above %d", l.Token(), last)
+			}
+			last = l.Token()
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if other != nil {
+			other.Close()
+		}
+	}
+	if last != 9 {
+		t.Errorf("last token %d, want 9", last)
+	}
+	// Purge keeps the counter.
+	s := open(t, path, nil)
+	if _, err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Acquire(ctx, &driver.Request{Name: "tok", Owner: "o", Mode: driver.Exclusive, TTL: time.Second})
+	if err != nil || g.Token != 10 {
+		t.Fatalf("Acquire = %+v, %v; want token 10", g, err)
+	}
+}
+
+func TestBootChange(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	old := open(t, path, nil)
+	sqlite.SetBootID(old, "boot-before")
+	hour := time.Hour
+	g1, err := old.Acquire(ctx, &driver.Request{Name: "x", Owner: "dead", Mode: driver.Exclusive, TTL: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.Acquire(ctx, &driver.Request{Name: "x", Owner: "waiter", Mode: driver.Exclusive, TTL: hour, Queue: true, QueueTTL: hour})
+	if !errors.Is(err, driver.ErrNotGranted) {
+		t.Fatalf("queued Acquire: %v", err)
+	}
+	if _, err := old.Acquire(ctx, &driver.Request{Name: "y", Owner: "dead", Mode: driver.Shared, TTL: hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path, nil)
+	sqlite.SetBootID(s, "boot-after")
+	hs, err := s.List(ctx, &driver.Filter{Queued: true, Expired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 0 {
+		t.Errorf("List after reboot = %+v, want nothing", hs)
+	}
+	// The holder and the waiter died with the boot; the counter survives.
+	g, err := s.Acquire(ctx, &driver.Request{Name: "x", Owner: "new", Mode: driver.Exclusive, TTL: hour})
+	if err != nil {
+		t.Fatalf("Acquire after reboot: %v", err)
+	}
+	if g.Token != g1.Token+1 {
+		t.Errorf("token %d after reboot, want %d", g.Token, g1.Token+1)
+	}
+	if gs, err := old.Renew(ctx, []driver.Hold{{Name: "x", Owner: "dead", TTL: hour}}); err != nil || gs[0] != nil {
+		t.Errorf("Renew of a hold of the old boot = %v, %v", gs, err)
+	}
+	// Purge reports the holders of the old boot.
+	purged, err := s.Purge(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(purged) != 1 || purged[0].Name != "y" || purged[0].Owner != "dead" || purged[0].Left > 0 {
+		t.Errorf("Purge = %+v, want y's dead holder", purged)
+	}
+	if d := time.Since(purged[0].Created); d < 0 || d > time.Minute {
+		t.Errorf("purged holder created %v (%v ago)", purged[0].Created, d)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "locks.db")
+	for _, table := range []string{"bad-name", "1abc", "a b", `x"y`, strings.Repeat("t", 64), "drop table;"} {
+		_, err := sqlite.Open(ctx, path, &sqlite.Options{Table: table})
+		if err == nil || !strings.Contains(err.Error(), "invalid table name") {
+			t.Errorf("table %q: err = %v", table, err)
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("a refused Open created the file")
+	}
+	if _, err := sqlite.Open(ctx, path, &sqlite.Options{BusyTimeout: -time.Second}); err == nil {
+		t.Error("negative BusyTimeout accepted")
+	}
+	for _, p := range []string{"", ":memory:"} {
+		if _, err := sqlite.Open(ctx, p, nil); err == nil {
+			t.Errorf("path %q accepted", p)
+		}
+	}
+	// NoCreate: the file must exist, and the table too.
+	_, err := sqlite.Open(ctx, path, &sqlite.Options{NoCreate: true})
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("NoCreate on a missing file: %v", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("NoCreate created the file")
+	}
+	s := open(t, path, &sqlite.Options{Table: "other_table"})
+	s.Close()
+	_, err = sqlite.Open(ctx, path, &sqlite.Options{NoCreate: true})
+	if err == nil || !strings.Contains(err.Error(), `table "baton_locks" is missing`) || !strings.Contains(err.Error(), "CREATE TABLE") {
+		t.Errorf("NoCreate without the table: %v", err)
+	}
+	s = open(t, path, &sqlite.Options{NoCreate: true, Table: "other_table"})
+	if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := s.List(ctx, &driver.Filter{}); !errors.Is(err, sqlite.ErrClosed) {
+		t.Errorf("List after Close: %v", err)
+	}
+	if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); !errors.Is(err, sqlite.ErrClosed) {
+		t.Errorf("Acquire after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, path string
+		o         sqlite.Options
+		err       string
+	}{
+		{url: "sqlite:///var/lib/app/locks.db", path: "/var/lib/app/locks.db"},
+		{url: "sqlite://localhost/var/locks.db", path: "/var/locks.db"},
+		{url: "sqlite:locks.db", path: "locks.db"},
+		{url: "sqlite:dir/with%20space.db", path: "dir/with space.db"},
+		{url: "sqlite:///a%3Fb.db", path: "/a?b.db"},
+		{url: "sqlite:///x.db?table=t_1&busy_timeout=30s&nocreate=true", path: "/x.db",
+			o: sqlite.Options{Table: "t_1", BusyTimeout: 30 * time.Second, NoCreate: true}},
+		{url: "sqlite://locks.db", err: `host part "locks.db"`},
+		{url: "sqlite://", err: "no database path"},
+		{url: "sqlite:///x.db?tabel=x", err: `unknown URL parameter "tabel"`},
+		{url: "sqlite:///x.db?busy_timeout=3", err: "busy_timeout"},
+		{url: "sqlite:///x.db?nocreate=maybe", err: "nocreate"},
+		{url: "sqlite://u:p@/x.db", err: "password"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path, o, err := sqlite.ParseURL(u)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err = %v, want %q", tc.url, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || path != tc.path || *o != tc.o {
+			t.Errorf("%s: %q, %+v, %v; want %q, %+v", tc.url, path, o, err, tc.path, tc.o)
+		}
+	}
+
+	ctx := ctxFor(t, 30*time.Second)
+	dir := t.TempDir()
+	c, err := baton.Open(ctx, "sqlite://"+filepath.ToSlash(dir)+"/u/locks.db?table=url_locks", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	c.Close()
+	db, err := sql.Open("sqlite", filepath.Join(dir, "u", "locks.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var state string
+	if err := db.QueryRow(`SELECT state FROM url_locks WHERE name = 'n'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != `{"seq":1,"ticket":0}` {
+		t.Errorf("idle state %s, want it compact", state)
+	}
+	if _, err := baton.Open(ctx, "sqlite:///"+filepath.ToSlash(dir)+"/x.db?table=no-good", nil); err == nil || !strings.Contains(err.Error(), "invalid table name") {
+		t.Errorf("bad table in URL: %v", err)
+	}
+}
+
+func TestConcurrentOpen(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "new", "locks.db")
+	var wg sync.WaitGroup
+	stores := make([]*sqlite.Store, 8)
+	errs := make([]error, 8)
+	start := make(chan struct{})
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			stores[i], errs[i] = sqlite.Open(ctx, path, nil)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	var last uint64
+	for i, s := range stores {
+		g, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: fmt.Sprint("o", i), Mode: driver.Shared, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last {
+			t.Errorf("token %d after %d", g.Token, last)
+		}
+		last = g.Token
+	}
+}
+
+// TestWatch checks that a Watch wakes on a commit of another Store of the
+// process, and on a commit that only the file system reports (a plain
+// database/sql connection, as another process would make), and that no
+// goroutine outlives the Watches and Stores.
+func TestWatch(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	a, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	req := &driver.Request{Name: "w", Owner: "waiter", Mode: driver.Exclusive, TTL: time.Second}
+	w, err := a.Watch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sqlite.Watching(a.Path()) {
+		t.Error("no file-system watcher while a Watch is open")
+	}
+	// A change made before Wait is not missed.
+	if _, err := b.Acquire(ctx, &driver.Request{Name: "w", Owner: "holder", Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatalf("Wait after another Store's commit: %v", err)
+	}
+
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	// Drain the wake-ups of b's commit (including the delayed echo).
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := w.Wait(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := raw.Exec(`UPDATE baton_locks SET state = '{"seq":1,"ticket":0}' WHERE name = 'w'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait after a commit of another connection: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait not woken by a commit of another connection")
+	}
+	raw.Close()
+
+	// Waits end with their context.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	for w.Wait(wctx) == nil {
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sqlite.Watching(a.Path()) {
+		t.Error("file-system watcher still running after the last Watch closed")
+	}
+	// A Watch outliving its Store still works, and stops with its Close.
+	w2, err := b.Watch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := a.Acquire(ctx, &driver.Request{Name: "w", Owner: "holder2", Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	a.Close()
+}
+
+func TestOddPath(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	dir := filepath.Join(t.TempDir(), "a dir%20with?odd#chars")
+	path := filepath.Join(dir, "lo cks%3F.db")
+	s := open(t, path, nil)
+	if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at its path: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "lo cks%3F.db") {
+			t.Errorf("unexpected file %q", e.Name())
+		}
+	}
+	// A relative path names the same file as its absolute form.
+	t.Chdir(dir)
+	s2 := open(t, "lo cks%3F.db", nil)
+	if s2.Path() != s.Path() {
+		t.Errorf("relative path opened %q, want %q", s2.Path(), s.Path())
+	}
+	if hs, err := s2.List(ctx, &driver.Filter{Name: "n"}); err != nil || len(hs) != 1 {
+		t.Errorf("List through the relative path = %v, %v", hs, err)
+	}
+}
+
+// TestClockRestarted checks that entries renewed "later than now" (the
+// monotonic clock restarted: a reboot whose boot id went unnoticed) are
+// dropped, and the counters kept.
+func TestClockRestarted(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the store's clock is the wall clock here, which may go back")
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	s := open(t, path, nil)
+	sqlite.SetBootID(s, "same-boot")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	future := `"created":"2200-01-01T00:00:00Z","renewed":"2200-01-01T00:00:00Z","expires":"2200-01-01T01:00:00Z"`
+	state := `{"boot":"same-boot","seq":41,"ticket":7,"holders":[{"owner":"ghost","mode":1,"token":41,"ttl":3600000000000,` + future + `}]}`
+	if _, err := raw.Exec(`INSERT INTO baton_locks (name, state) VALUES ('r', ?)`, state); err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := s.List(ctx, &driver.Filter{Name: "r", Expired: true}); err != nil || len(hs) != 0 {
+		t.Errorf("List = %+v, %v; want nothing", hs, err)
+	}
+	g, err := s.Acquire(ctx, &driver.Request{Name: "r", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute})
+	if err != nil || g.Token != 42 {
+		t.Fatalf("Acquire = %+v, %v; want token 42", g, err)
+	}
+}
