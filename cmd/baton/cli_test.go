@@ -146,13 +146,13 @@ func TestChildEnv(t *testing.T) {
 		flags []string
 		mode  string
 	}{
-		{[]string{"--owner", "Owner-1", "--ttl", "30s"}, "exclusive"},
-		{[]string{"--shared", "--owner", "Owner-1", "--ttl", "30s"}, "shared"},
-		{[]string{"-n", "3", "--owner", "Owner-1", "--ttl=30s"}, "shared"},
-	} {
 		// Flags go before and after the name.
-		args := append(append([]string{"run", tc.flags[0], "job"}, tc.flags[1:]...), "--")
-		r := e.baton(t, append(args, helperArgv("env")...)...)
+		{[]string{"--owner", "Owner-1", "job", "--ttl", "30s"}, "exclusive"},
+		{[]string{"--shared", "job", "--owner", "Owner-1", "--ttl", "30s"}, "shared"},
+		{[]string{"-n", "3", "--owner", "Owner-1", "--ttl=30s", "job"}, "shared"},
+	} {
+		args := cmdline(append([]string{"run"}, tc.flags...), helperArgv("env")...)
+		r := e.baton(t, args...)
 		if r.code != 0 {
 			t.Fatalf("baton %q: exit %d, stderr %s", args, r.code, r.stderr)
 		}

@@ -22,7 +22,6 @@ import (
 	"strings"
 
 	"github.com/baton-go/baton"
-	_ "github.com/baton-go/baton/sqlite" // the default store
 )
 
 // Exit codes. The run command otherwise exits with its command's code.

@@ -89,6 +89,7 @@ func waitHelper(dir string, ignore bool) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	writeFileAtomic(filepath.Join(dir, "started"), strconv.Itoa(os.Getpid()))
 	tick := time.NewTicker(5 * time.Millisecond)
+	parent, deadline := os.Getppid(), time.Now().Add(time.Minute)
 	for {
 		select {
 		case s := <-sigs:
@@ -101,6 +102,9 @@ func waitHelper(dir string, ignore bool) int {
 		case <-tick.C:
 			if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
 				return 0
+			}
+			if os.Getppid() != parent || time.Now().After(deadline) {
+				return 43 // orphaned, or forgotten by a failed test
 			}
 		}
 	}
@@ -182,6 +186,10 @@ func newEnv(t *testing.T, extra ...string) *env {
 		vars = append(vars, kv)
 	}
 	vars = append(vars, "HOME="+home)
+	if os.Getenv("GORACE") == "" {
+		// Under -race, the helper would sleep 1s at exit.
+		vars = append(vars, "GORACE=atexit_sleep_ms=0")
+	}
 	return &env{home: home, vars: append(vars, extra...)}
 }
 
@@ -210,15 +218,24 @@ type result struct {
 // baton runs baton with args to completion.
 func (e *env) baton(t *testing.T, args ...string) result {
 	t.Helper()
+	r, err := e.run(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// run is baton without a testing.T, for other goroutines.
+func (e *env) run(args ...string) (result, error) {
 	cmd := e.command(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("baton %q: %v", args, err)
+		return result{}, fmt.Errorf("baton %q: %v", args, err)
 	}
-	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}, nil
 }
 
 func (e *env) command(args ...string) *exec.Cmd {
@@ -238,6 +255,8 @@ func (e *env) start(t *testing.T, args ...string) *bg {
 	t.Helper()
 	b := &bg{cmd: e.command(args...), done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.err
+	// Wait returns even if an orphaned command keeps the output open.
+	b.cmd.WaitDelay = 2 * time.Second
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

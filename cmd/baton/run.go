@@ -169,12 +169,12 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 		}
 		lease, err = client.Lock(lctx, f.name, lo)
 		if err != nil && errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return client, nil, fail(exitNotAcquired, "timed out after %v waiting for lock %q%s", f.timeout, f.name, holders(client, f.name))
+			return client, nil, fail(exitNotAcquired, "timed out after %v waiting for lock %q, %s", f.timeout, f.name, describe(client, f.name))
 		}
 	} else {
 		lease, err = client.TryLock(ctx, f.name, lo)
 		if errors.Is(err, baton.ErrLocked) {
-			return client, nil, fail(exitNotAcquired, "lock %q is held%s; not waiting (--wait=false)", f.name, holders(client, f.name))
+			return client, nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--wait=false)", f.name, describe(client, f.name))
 		}
 	}
 	switch {
@@ -188,29 +188,47 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 	return client, nil, failErr(err)
 }
 
-// holders describes who holds name, for messages: " by OWNER on HOST
-// (token 7, for 2m3s)", or "" if that cannot be told.
-func holders(client *baton.Client, name string) string {
+// describe says why name cannot be granted, for messages: "held by OWNER
+// on HOST (token 7, for 2m3s)", or "held" if the store cannot tell.
+func describe(client *baton.Client, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	hs, err := client.Status(ctx, &baton.Filter{Name: name})
-	if err != nil || len(hs) == 0 {
-		return ""
+	hs, err := client.Status(ctx, &baton.Filter{Name: name, Queued: true})
+	if err != nil {
+		return "held"
 	}
-	h := hs[0]
-	s := fmt.Sprintf(" by %s", h.Owner)
+	var held []baton.LockInfo
+	for _, h := range hs {
+		if !h.Queued {
+			held = append(held, h)
+		}
+	}
+	if len(held) == 0 {
+		if waiting := len(hs); waiting > 0 {
+			return fmt.Sprintf("free, but %d earlier request(s) wait for it", waiting)
+		}
+		return "held"
+	}
+	h := held[0]
+	s := "held by " + h.Owner
 	if h.Host != "" {
 		s += " on " + h.Host
 	}
 	s += fmt.Sprintf(" (token %d, for %s)", h.Token, fmtDuration(time.Since(h.Created)))
-	if len(hs) > 1 {
-		s += fmt.Sprintf(" and %d more", len(hs)-1)
+	if len(held) > 1 {
+		s += fmt.Sprintf(" and %d more", len(held)-1)
 	}
 	return s
 }
 
 // supervise runs the command under the lease and returns baton's exit code.
 func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signal) int {
+	select {
+	case s := <-sigs: // came just as the lock was granted
+		release(lease)
+		return fail(signalExit(s), "interrupted (%v) before running the command", s)
+	default:
+	}
 	cmd := exec.Command(f.argv[0], f.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = childEnv(os.Environ(), lease, raw)
