@@ -237,13 +237,12 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	}
 	chosenOwner := o != nil && o.Owner != ""
 	var watch driver.Watch
-	if wait && c.waiter != nil {
-		// Without a watch the wait falls back to polling, which still works.
-		if w, err := c.waiter.Watch(ctx, req); err == nil {
-			watch = w
-			defer w.Close()
+	watched := false
+	defer func() {
+		if watch != nil {
+			watch.Close()
 		}
-	}
+	}()
 	bo := backoff{max: c.opts.MaxPoll}
 	for {
 		sent := time.Now()
@@ -258,6 +257,17 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 				c.abandon(ctx, req)
 			}
 			return nil, storeErr("lock", name, err)
+		}
+		if !watched && c.waiter != nil {
+			// Refused once: start watching the store, then try again at once,
+			// which covers any change made before the watch began. An
+			// uncontended Lock thus costs one call and no watch. Without a
+			// watch the wait falls back to polling, which still works.
+			watched = true
+			if w, err := c.waiter.Watch(ctx, req); err == nil {
+				watch = w
+				continue
+			}
 		}
 		d := bo.next()
 		if after := busyAfter(err); after > 0 && after < d {

@@ -188,8 +188,9 @@ type Store interface {
 
 // Waiter is implemented by stores that can wake a waiting acquirer.
 type Waiter interface {
-	// Watch starts observing req.Name on behalf of req. It is called once per
-	// blocking acquire, before the first attempt.
+	// Watch starts observing req.Name on behalf of req. It is called at most
+	// once per blocking acquire, after its first refused attempt; the next
+	// attempt follows at once.
 	Watch(ctx context.Context, req *Request) (Watch, error)
 }
 
@@ -197,9 +198,9 @@ type Waiter interface {
 type Watch interface {
 	// Wait returns when an attempt of the request may now succeed, or when
 	// ctx ends. It must not miss a change that happened after the previous
-	// Wait returned (or after Watch, for the first call): a wake-up that
-	// arrives between an attempt and the following Wait makes Wait return at
-	// once. Spurious returns are allowed.
+	// Wait returned (or after Watch returned, for the first call): a wake-up
+	// that arrives between an attempt and the following Wait makes Wait
+	// return at once. Spurious returns are allowed.
 	Wait(ctx context.Context) error
 	Close() error
 }
