@@ -16,7 +16,8 @@
 //
 // A target is KIND=URL: KIND "baton" measures baton on the store at URL;
 // other kinds are peer libraries, registered by the files of this package
-// (see kinds). Output is a Markdown table, one row per target.
+// (see kinds). "procs:KIND=URL" runs each client in a process of its own
+// (see procs.go). Output is a Markdown table, one row per target.
 package main
 
 import (
@@ -60,7 +61,15 @@ func main() {
 	clients := flag.Int("clients", 8, "contending clients")
 	dur := flag.Duration("d", 5*time.Second, "contended run length")
 	handoffs := flag.Int("handoffs", 40, "hand-off samples")
+	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
+	if *childSpec != "" {
+		if err := child(*childSpec); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(ts) == 0 {
 		fmt.Fprintln(os.Stderr, "bench: give at least one -target KIND=URL; kinds: "+kindNames())
 		os.Exit(2)
@@ -70,12 +79,18 @@ func main() {
 	fmt.Println("|---|---|---|---|")
 	for _, spec := range ts {
 		kind, url, ok := strings.Cut(spec, "=")
-		mk := kinds[kind]
-		if !ok || mk == nil {
-			fmt.Fprintf(os.Stderr, "bench: target %q is not KIND=URL with a known kind (%s)\n", spec, kindNames())
+		var t Target
+		if inner, isProcs := strings.CutPrefix(kind, "procs:"); isProcs {
+			t, ok = procsTarget(inner, url)
+		} else if mk := kinds[kind]; ok && mk != nil {
+			t = mk(url)
+		} else {
+			ok = false
+		}
+		if !ok {
+			fmt.Fprintf(os.Stderr, "bench: target %q is not [procs:]KIND=URL with a known kind (%s)\n", spec, kindNames())
 			os.Exit(2)
 		}
-		t := mk(url)
 		row, err := measure(t, *n, *clients, *dur, *handoffs)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", t.Name, err)
@@ -201,12 +216,14 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 			return "", err
 		}
 		got := make(chan time.Time, 1)
+		released := make(chan error, 1)
 		go func() {
 			rel2, err := ls[1].Lock(ctx, run+"/c")
 			got <- time.Now()
 			if err == nil {
-				rel2()
+				err = rel2()
 			}
+			released <- err
 		}()
 		time.Sleep(20 * time.Millisecond) // let the waiter block
 		start := time.Now()
@@ -214,6 +231,9 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 			return "", err
 		}
 		ho = append(ho, (<-got).Sub(start))
+		if err := <-released; err != nil {
+			return "", err
+		}
 	}
 	for _, l := range ls {
 		l.Close()

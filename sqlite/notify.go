@@ -2,10 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/fsnotify/fsnotify"
 
@@ -27,8 +27,10 @@ type shared struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
 
+	bellMu sync.Mutex
+	bell   *os.File // FILE-wake, opened on the first ring
+
 	wmu      sync.Mutex // guards the fields below
-	watches  int        // open Watches
 	watcher  *fsnotify.Watcher
 	loopDone chan struct{} // closed when the watcher's goroutine exits
 }
@@ -58,8 +60,38 @@ func (sh *shared) release() {
 	defer registryMu.Unlock()
 	if sh.refs--; sh.refs == 0 {
 		delete(registry, sh.path)
+		sh.stopWatch()
+		sh.bellMu.Lock()
+		if sh.bell != nil {
+			sh.bell.Close()
+			sh.bell = nil
+		}
+		sh.bellMu.Unlock()
 	}
 }
+
+// ring tells waiters of other processes that a commit changed a lock, by
+// writing one byte to FILE-wake (which they watch). It is called after the
+// commit returned, so a waiter woken by it reads the new state. Failing to
+// ring only costs those waiters a poll.
+func (sh *shared) ring() {
+	sh.bellMu.Lock()
+	defer sh.bellMu.Unlock()
+	if sh.bell == nil {
+		mode := os.FileMode(0o644)
+		if fi, err := os.Stat(sh.path); err == nil {
+			mode = fi.Mode().Perm() // whoever may write the database may ring
+		}
+		f, err := os.OpenFile(sh.bellPath(), os.O_WRONLY|os.O_CREATE, mode)
+		if err != nil {
+			return
+		}
+		sh.bell = f
+	}
+	sh.bell.WriteAt([]byte{1}, 0)
+}
+
+func (sh *shared) bellPath() string { return sh.path + "-wake" }
 
 // lockWrite waits for this process's turn to write, or for ctx to end.
 func (sh *shared) lockWrite(ctx context.Context) error {
@@ -88,37 +120,32 @@ func (sh *shared) generation() <-chan struct{} {
 	return sh.changed
 }
 
-// echoDelay is how long after a file event a second broadcast follows. A
-// commit by another process writes its WAL frames (the event) just before
-// it publishes them in the WAL index; a waiter woken by the event that
-// reads in between still sees the old state, and the echo wakes it again.
-const echoDelay = 5 * time.Millisecond
-
 // watchTarget is what the file-system watcher observes, and whether an
-// event names a file whose change may mean a commit. On Linux it is the
-// directory (inotify reports writes to the files in it), which survives
-// the WAL file being deleted and created again; elsewhere it is the WAL
-// file itself, since watching a directory with kqueue opens every file in
-// it.
+// event names the doorbell. On Linux it is the directory (inotify reports
+// writes to the files in it), which works before the doorbell exists;
+// elsewhere it is the doorbell itself (created if need be), since watching
+// a directory with kqueue opens every file in it.
 func (sh *shared) watchTarget() (string, func(string) bool) {
-	wal := sh.path + "-wal"
+	bell := sh.bellPath()
 	if runtime.GOOS == "linux" {
-		return filepath.Dir(sh.path), func(name string) bool {
-			name = filepath.Clean(name)
-			return name == wal || name == sh.path
-		}
+		return filepath.Dir(sh.path), func(name string) bool { return filepath.Clean(name) == bell }
 	}
-	return wal, func(string) bool { return true }
+	if f, err := os.OpenFile(bell, os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
+		f.Close()
+	}
+	return bell, func(string) bool { return true }
 }
 
-// startWatch counts one more Watch, starting the file-system watcher with
-// the first. A watcher that cannot be set up is not an error: Watches then
-// see this process's commits only, and baton's fallback poll the others'.
+// startWatch starts the file-system watcher, with the first Watch of the
+// process on this file. It then runs until the file's last Store or Watch
+// of this process is gone (see release): stopping it takes milliseconds,
+// too long to pay at the end of every wait. A watcher that cannot be set
+// up is not an error: Watches then see this process's commits only, and
+// baton's fallback poll the others'.
 func (sh *shared) startWatch() {
 	sh.wmu.Lock()
 	defer sh.wmu.Unlock()
-	sh.watches++
-	if sh.watcher != nil || sh.watches > 1 {
+	if sh.watcher != nil {
 		return
 	}
 	target, match := sh.watchTarget()
@@ -134,11 +161,11 @@ func (sh *shared) startWatch() {
 	go sh.loop(w, match, sh.loopDone)
 }
 
-// stopWatch counts one Watch fewer, stopping the watcher with the last.
+// stopWatch stops the watcher, if it runs.
 func (sh *shared) stopWatch() {
 	sh.wmu.Lock()
 	defer sh.wmu.Unlock()
-	if sh.watches--; sh.watches > 0 || sh.watcher == nil {
+	if sh.watcher == nil {
 		return
 	}
 	sh.watcher.Close()
@@ -148,10 +175,6 @@ func (sh *shared) stopWatch() {
 
 func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan struct{}) {
 	defer close(done)
-	echo := time.NewTimer(time.Hour)
-	echo.Stop()
-	defer echo.Stop()
-	pending := false
 	for {
 		select {
 		case ev, ok := <-w.Events:
@@ -160,10 +183,6 @@ func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan s
 			}
 			if ev.Op&(fsnotify.Write|fsnotify.Create) != 0 && match(ev.Name) {
 				sh.broadcast()
-				if !pending {
-					pending = true
-					echo.Reset(echoDelay)
-				}
 			}
 		case _, ok := <-w.Errors:
 			if !ok {
@@ -171,16 +190,13 @@ func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan s
 			}
 			// An error (a queue overflow, say) may hide an event.
 			sh.broadcast()
-		case <-echo.C:
-			pending = false
-			sh.broadcast()
 		}
 	}
 }
 
 // Watch implements driver.Waiter. A Watch wakes on every commit to the
-// database file: at once for commits made in this process, and through a
-// file-system watch on the WAL file for commits made by other processes.
+// database file: at once for commits made in this process, and through the
+// doorbell file (see ring) for commits made by other processes.
 // Wake-ups are not filtered by lock name, so some are spurious.
 func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
 	if err := s.checkOpen(); err != nil {
@@ -227,7 +243,6 @@ func (w *watch) Close() error {
 	}
 	w.closed = true
 	w.mu.Unlock()
-	w.sh.stopWatch()
 	w.sh.release()
 	return nil
 }

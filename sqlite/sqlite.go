@@ -48,7 +48,8 @@
 // that a fencing token once handed out is never handed out again, even
 // after a power loss (on storage that honours fsync). SQLite keeps two
 // files next to the database, FILE-wal and FILE-shm: the directory must be
-// writable by every process that uses the database.
+// writable by every process that uses the database, as is the doorbell
+// FILE-wake (see Waking waiters).
 //
 // # Clock
 //
@@ -78,10 +79,15 @@
 //
 // The store implements driver.Waiter: a waiting Lock is woken at once by
 // commits made by any Store of the same process, and by commits of other
-// processes through a file-system notification (fsnotify) on the WAL file;
-// where that notification cannot be set up, baton's fallback poll (at most
-// Options.MaxPoll apart) covers other processes. One notification watcher
-// runs per database file per process, and only while someone waits.
+// processes through a doorbell: after a commit that changed a lock, the
+// committing process writes a byte to FILE-wake, which waiters of other
+// processes watch with a file-system notification (fsnotify). The doorbell
+// rings only once the commit is visible to readers, unlike a write to the
+// WAL, which comes before the commit is published. Where the notification
+// cannot be set up, or for changes made without baton, baton's fallback
+// poll (at most Options.MaxPoll apart) covers the rest. One notification
+// watcher runs per database file per process, from its first wait until the
+// file's last Store of the process closes.
 package sqlite
 
 import (
@@ -540,6 +546,7 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, c *clo
 	})
 	if changed {
 		s.sh.broadcast()
+		s.sh.ring()
 	}
 	if err != nil {
 		return s.opErr(op, err)

@@ -512,7 +512,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	// Drain the wake-ups of b's commit (including the delayed echo).
+	// Drain the wake-ups of b's commit.
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		err := w.Wait(wctx)
@@ -524,7 +524,11 @@ func TestWatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Wait(ctx) }()
 	time.Sleep(50 * time.Millisecond)
+	// Another process commits, then rings the doorbell, as baton does.
 	if _, err := raw.Exec(`UPDATE baton_locks SET state = '{"seq":1,"ticket":0}' WHERE name = 'w'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+"-wake", []byte{1}, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -545,8 +549,8 @@ func TestWatch(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if sqlite.Watching(a.Path()) {
-		t.Error("file-system watcher still running after the last Watch closed")
+	if !sqlite.Watching(a.Path()) {
+		t.Error("file-system watcher stopped while Stores of the file are open")
 	}
 	// A Watch outliving its Store still works, and stops with its Close.
 	w2, err := b.Watch(ctx, req)
@@ -562,6 +566,9 @@ func TestWatch(t *testing.T) {
 	}
 	w2.Close()
 	a.Close()
+	if sqlite.Watching(a.Path()) {
+		t.Error("file-system watcher still running after the file's last Store and Watch closed")
+	}
 }
 
 func TestOddPath(t *testing.T) {
