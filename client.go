@@ -46,6 +46,13 @@ type Options struct {
 	// queue for 10×MaxPoll without an attempt, so a waiter that dies leaves
 	// the queue within that time.
 	MaxPoll time.Duration
+	// Retries is how many times Lock and TryLock retry a store call that
+	// failed (a lost connection, a restarting server) before they give up,
+	// backing off exponentially with jitter from 8ms up to MaxPoll. They
+	// retry with the same owner, so a retry finds its earlier attempt's
+	// queue entry or grant. 3 if zero; negative for none. Keepalive retries
+	// on its own until the lease's deadline.
+	Retries int
 	// OnEvent, if set, is called for lease events: quickly, and never
 	// concurrently for one lease.
 	OnEvent func(Event)
@@ -141,6 +148,12 @@ func New(store driver.Store, opts *Options) (*Client, error) {
 	}
 	if o.Host == "" {
 		o.Host, _ = os.Hostname()
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = 3
+	case o.Retries < 0:
+		o.Retries = 0
 	}
 	c := &Client{
 		store:    store,
@@ -244,11 +257,19 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		}
 	}()
 	bo := backoff{max: c.opts.MaxPoll}
+	retry := backoff{n: 3, max: c.opts.MaxPoll}
 	for {
 		sent := time.Now()
 		g, err := c.store.Acquire(ctx, req)
 		if err == nil {
 			return c.newLease(req, g, sent, keepAlive), nil
+		}
+		if retryable(ctx, err) && retry.n-3 < c.opts.Retries {
+			if !c.sleep(ctx, retry.next()) {
+				c.abandon(ctx, req)
+				return nil, storeErr("lock", name, cmp.Or(context.Cause(ctx), ErrClosed))
+			}
+			continue
 		}
 		if !errors.Is(err, driver.ErrNotGranted) || !wait {
 			if !errors.Is(err, driver.ErrNotGranted) && !chosenOwner {
@@ -286,14 +307,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			stop()
 			cancel()
 		} else {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			case <-c.ctx.Done():
-				t.Stop()
-			}
+			c.sleep(ctx, d)
 		}
 		if ctx.Err() != nil || c.isClosed() {
 			c.abandon(ctx, req) // leave the queue at once
@@ -303,6 +317,27 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			return nil, storeErr("lock", name, ErrClosed)
 		}
 	}
+}
+
+// retryable reports whether a failed store call is worth trying again:
+// not a refusal, not the caller's end, not a rule the store enforced.
+func retryable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, driver.ErrNotGranted) &&
+		!errors.Is(err, driver.ErrModeConflict) && !errors.Is(err, ErrInvalid)
+}
+
+// sleep waits for d, and reports false if ctx ended or the client closed
+// first.
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	return false
 }
 
 // busyAfter is the store's hint of when the blocking hold expires (0: none).

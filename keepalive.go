@@ -65,11 +65,16 @@ func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 			continue
 		}
 		l.mu.Lock()
-		at, ttl := l.renewAt, l.ttl
+		at, ttl, retrying := l.renewAt, l.ttl, l.retrying
 		l.mu.Unlock()
 		// Renew early anything due within a sixth of its TTL, so that
-		// leases taken at different times fall into the same rounds.
-		if !at.After(now.Add(ttl / 6)) {
+		// leases taken at different times fall into the same rounds; but
+		// a lease whose renewal failed waits for its retry time.
+		early := ttl / 6
+		if retrying {
+			early = 0
+		}
+		if !at.After(now.Add(early)) {
 			batch = append(batch, l)
 		} else if next.IsZero() || at.Before(next) {
 			next = at
@@ -102,7 +107,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 		case err != nil:
 			// Try again soon; the lease's own timer ends it at its deadline.
 			l.mu.Lock()
-			l.renewAt = time.Now().Add(min(l.ttl/10, time.Second))
+			l.renewAt, l.retrying = time.Now().Add(min(l.ttl/10, time.Second)), true
 			l.mu.Unlock()
 			c.emit(Event{Kind: EventRenewFailed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
 		case gs[i] == nil:

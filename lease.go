@@ -28,6 +28,7 @@ type Lease struct {
 	info     LockInfo  // as last granted or renewed
 	deadline time.Time // local monotonic; zero: none (session-bound)
 	renewAt  time.Time // when keepalive renews next
+	retrying bool      // the last renewal failed
 	timer    *time.Timer
 	err      error
 }
@@ -121,7 +122,7 @@ func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 	if l.session == nil || !l.keepAlive {
 		l.setDeadline(sent.Add(ttl - margin(ttl)))
 	}
-	l.renewAt = sent.Add(ttl / 3)
+	l.renewAt, l.retrying = sent.Add(ttl/3), false
 }
 
 // end ends the lease with err (first caller wins). With release set, it

@@ -38,7 +38,7 @@
 //	store          atomic decision                      clock                   token                      wakes waiters
 //	mem            mutex + lockstate                    process monotonic       per-name counter           channel per name
 //	SQLite         BEGIN IMMEDIATE + lockstate          machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
-//	PostgreSQL     one server-side function call        now()                   per-name counter (row)     LISTEN/NOTIFY
+//	PostgreSQL     one server-side function call        clock_timestamp()       per-name counter (row)     LISTEN/NOTIFY
 //	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
 //	Redis          one Lua script (PX, TIME)            Redis TIME              per-name INCR key          per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor

@@ -1,0 +1,259 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// listenerLinger is how long the listener stays connected after the last
+// Watch closed: blocking acquires come and go, and each new listener costs
+// a connection and a LISTEN.
+const listenerLinger = 10 * time.Second
+
+// hub runs a Store's listener connection and hands the notifications it
+// receives to the watches of this process. A notification's payload is a
+// lock name, then the owners it concerns, one per line; the name alone
+// concerns every waiter of the name. Each name has a channel closed and
+// replaced for name-wide wake-ups, and each (name, owner) one for wake-ups
+// of that owner: a watch waits on both, and after each return takes the
+// current ones, so it never misses a wake-up that comes after its previous
+// return.
+type hub struct {
+	cfg     *pgx.ConnConfig
+	channel string
+
+	mu      sync.Mutex
+	topics  map[string]*topic
+	watches int                // open watches
+	stop    context.CancelFunc // nil while no listener runs
+	idle    *time.Timer        // stops the listener once no watch is open
+	closed  bool
+	listens int // successful LISTENs, for tests
+	wg      sync.WaitGroup
+}
+
+type topic struct {
+	refs   int
+	all    chan struct{}
+	owners map[string]*ownerTopic
+}
+
+type ownerTopic struct {
+	refs int
+	ch   chan struct{}
+}
+
+func newHub(cfg *pgx.ConnConfig, table string) *hub {
+	cfg = cfg.Copy()
+	// Ending a wait for notifications needs no cancel request to the
+	// server: the connection is closed right after.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	return &hub{cfg: cfg, channel: table, topics: map[string]*topic{}}
+}
+
+func (h *hub) watch(name, owner string) (*watch, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	t := h.topics[name]
+	if t == nil {
+		t = &topic{all: make(chan struct{}), owners: map[string]*ownerTopic{}}
+		h.topics[name] = t
+	}
+	o := t.owners[owner]
+	if o == nil {
+		o = &ownerTopic{ch: make(chan struct{})}
+		t.owners[owner] = o
+	}
+	t.refs++
+	o.refs++
+	h.watches++
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	if h.stop == nil {
+		// The listener is not listening yet: it wakes every watch once it
+		// is, so that a change made before then is not missed.
+		ctx, cancel := context.WithCancel(context.Background())
+		h.stop = cancel
+		h.wg.Add(1)
+		go h.run(ctx)
+	}
+	return &watch{h: h, name: name, owner: owner, t: t, o: o, all: t.all, mine: o.ch}, nil
+}
+
+func (h *hub) unwatch(w *watch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.o.refs--; w.o.refs == 0 {
+		delete(w.t.owners, w.owner)
+	}
+	if w.t.refs--; w.t.refs == 0 {
+		delete(h.topics, w.name)
+	}
+	if h.watches--; h.watches == 0 && h.stop != nil && !h.closed {
+		if h.idle == nil {
+			h.idle = time.AfterFunc(listenerLinger, h.stopIdle)
+		} else {
+			h.idle.Reset(listenerLinger)
+		}
+	}
+}
+
+func (h *hub) stopIdle() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watches == 0 && h.stop != nil {
+		h.stop()
+		h.stop = nil
+	}
+}
+
+// close stops the listener and waits for it.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	if h.stop != nil {
+		h.stop()
+		h.stop = nil
+	}
+	h.wakeAllLocked()
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// deliver handles one notification.
+func (h *hub) deliver(payload string) {
+	name, rest, _ := strings.Cut(payload, "\n")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[name]
+	if t == nil {
+		return
+	}
+	if rest == "" {
+		close(t.all)
+		t.all = make(chan struct{})
+		return
+	}
+	for _, owner := range strings.Split(rest, "\n") {
+		if o := t.owners[owner]; o != nil {
+			close(o.ch)
+			o.ch = make(chan struct{})
+		}
+	}
+}
+
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wakeAllLocked()
+}
+
+func (h *hub) wakeAllLocked() {
+	for _, t := range h.topics {
+		close(t.all)
+		t.all = make(chan struct{})
+	}
+}
+
+// run keeps a connection listening until ctx ends, reconnecting with
+// backoff; it wakes every watch whenever notifications may have been
+// missed (before it listens, and each time the connection is lost).
+func (h *hub) run(ctx context.Context) {
+	defer h.wg.Done()
+	delay := 50 * time.Millisecond
+	for {
+		if conn := h.connect(ctx); conn != nil {
+			h.mu.Lock()
+			h.listens++
+			h.wakeAllLocked()
+			h.mu.Unlock()
+			delay = 50 * time.Millisecond
+			for {
+				n, err := conn.WaitForNotification(ctx)
+				if err != nil {
+					break
+				}
+				h.deliver(n.Payload)
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			conn.Close(cctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			h.wakeAll()
+		}
+		t := time.NewTimer(jitter(delay))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func (h *hub) connect(ctx context.Context) *pgx.Conn {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, h.cfg.Copy())
+	if err != nil {
+		return nil
+	}
+	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize()); err != nil {
+		conn.Close(cctx)
+		return nil
+	}
+	return conn
+}
+
+// watch implements driver.Watch.
+type watch struct {
+	h           *hub
+	name, owner string
+	t           *topic
+	o           *ownerTopic
+	all, mine   chan struct{} // guarded by h.mu
+	closeOnce   sync.Once
+}
+
+var _ driver.Watch = (*watch)(nil)
+
+func (w *watch) Wait(ctx context.Context) error {
+	w.h.mu.Lock()
+	all, mine := w.all, w.mine
+	w.h.mu.Unlock()
+	select {
+	case <-all:
+	case <-mine:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.h.mu.Lock()
+	w.all, w.mine = w.t.all, w.o.ch
+	w.h.mu.Unlock()
+	return nil
+}
+
+func (w *watch) Close() error {
+	w.closeOnce.Do(func() { w.h.unwatch(w) })
+	return nil
+}

@@ -1,0 +1,684 @@
+// Package postgres is baton's PostgreSQL store: locks shared by every
+// process that reaches one PostgreSQL database (version 12 or later). It
+// uses pgx v5. Import it for its URL schemes:
+//
+//	import _ "github.com/baton-go/baton/postgres"
+//
+//	client, err := baton.Open(ctx, "postgres://app@db.example.com/app?sslmode=verify-full", nil)
+//
+// or open a store directly with [Open] (or [New], over a pool of your own)
+// and pass it to baton.New.
+//
+// # URL
+//
+// postgres:// and postgresql:// URLs are handed to pgx as they are, so
+// everything about the connection (TLS with sslmode, sslrootcert, sslcert…,
+// passwords, .pgpass, PG* environment variables, pool_max_conns and the
+// other pgxpool settings) is pgx's own configuration. Three query
+// parameters are baton's and are removed before pgx sees the URL:
+//
+//	baton_table=NAME    Options.Table
+//	baton_schema=NAME   Options.Schema
+//	baton_nocreate=1    Options.NoCreate
+//
+// # Schema
+//
+// With Options.Table T (baton_locks by default), the store uses these
+// objects, in Options.Schema or else in the connection's current schema
+// (the first schema of its search_path):
+//
+//	T          one row per lock name ever used: (name, seq, ticket), the
+//	           name's fencing and queue counters. Never deleted, so that
+//	           tokens keep growing for the life of the table, purges
+//	           included.
+//	T_holds    one row per hold or queue entry, keyed (name, owner): mode,
+//	           limit, token (or queue ticket), host, meta (jsonb), TTL,
+//	           created, renewed, expires. Indexed by owner too.
+//	T_acquire, T_renew, T_release, T_purge, T_list, T_wake, T_bind
+//	           PL/pgSQL functions: each call of a Store is one statement,
+//	           one round trip, one transaction.
+//
+// [DDL] returns the whole script. Unless Options.NoCreate is set, the store
+// runs it on first use (in [Open], or in the first call of a Store made by
+// [New]) when the table is missing or was created by another version of
+// this package (the table's comment records the version), inside a
+// transaction holding a transaction-scoped advisory lock, so that processes
+// opening the store at the same time do not collide. With NoCreate, run the
+// script yourself (psql, a migration tool); Open then fails with a clear
+// error if the table is missing or out of date.
+//
+// # How a call is decided
+//
+// Every function first takes the name's row of T with SELECT … FOR UPDATE
+// (creating the row if needed): that row lock serializes all the decisions
+// about one name, across every client. It then reads the store's clock,
+// drops the name's expired holds and queue entries, and applies the grant
+// rules of package lockstate: an owner that holds the name already extends
+// its hold and keeps its token (another mode or limit is refused); an
+// exclusive request needs no holder and nobody queued ahead; a shared one
+// needs no exclusive holder, no exclusive request queued ahead and, with a
+// limit L, fewer than L holders and shared requests queued ahead; a grant
+// takes the next value of the name's counter as its fencing token; a
+// request that is not granted joins the name's FIFO queue (or refreshes its
+// place once half its queue TTL is used). Renew and Release handle a whole
+// batch in one transaction, locking names in byte order so that batches
+// cannot deadlock; holds that are no longer live are skipped without taking
+// their name's lock.
+//
+// # Clock
+//
+// The store's clock is the database server's clock_timestamp(), read once
+// the name's row is locked. A hold granted or renewed at server time t
+// expires at t + TTL (rounded up to PostgreSQL's microsecond), and t is
+// never earlier than when the client sent the request, so the holder's own
+// deadline (send time + TTL, on its monotonic clock) comes first. now(),
+// the transaction's start, would satisfy that too, but clock_timestamp()
+// read under the row lock also grows in the order in which the decisions
+// about a name are made: a call that waited for the lock neither judges
+// expiry with a time older than the decision before it nor grants a hold
+// whose TTL is partly spent already. Only the server's clock is read, so
+// clients' clocks may disagree; stepping the server's clock (rather than
+// slewing it) shortens or lengthens every hold alive at that moment.
+//
+// # Durability
+//
+// Grants and renewals commit synchronously (synchronous_commit is raised to
+// on for those transactions if the session had it off): a fencing token or
+// an expiry a client was told about survives a crash of the server.
+// Releases, purges and refused acquires commit asynchronously
+// (synchronous_commit off for their transaction only): a crash can lose
+// them only if no synchronous commit followed, and a lost release only
+// brings the hold back until it expires, delaying the next grant; it can
+// never let two holders overlap, since the grant that follows a release is
+// synchronous and flushes the release's WAL with its own. With fsync off on
+// the server, nothing is durable.
+//
+// # Waking waiters
+//
+// The store implements driver.Waiter with LISTEN/NOTIFY. The functions
+// that can let a waiter in (release, purge, and acquire or renew when they
+// drop expired holds) compute which queued requests the grant rules would
+// now grant, and send their owners on the channel named like the table
+// (pg_notify, delivered at commit); the name alone wakes every waiter of
+// the name. Each Store runs one listener connection of its own (outside
+// the pool), started by the first Watch and stopped when the Store closes
+// or when no Watch has been open for a while; if that connection drops it
+// reconnects with backoff and wakes every waiter, since notifications may
+// have been missed. Waiters still poll at baton's MaxPoll, which covers
+// holds that expire rather than being released. Every listener of a table
+// receives every notification of that table (and PostgreSQL wakes every
+// listening session of the database for each one), so a Store costs its
+// pool's connections plus one while it has waiters. LISTEN does not work
+// through a pooler in transaction mode (PgBouncer): point the store at the
+// server or at a session-mode pool.
+//
+// # Failures
+//
+// A call that fails on a broken connection (the server restarted, a
+// failover) or a serialization failure is tried again a few times, over a
+// fresh connection from the pool; every call may be repeated safely (an
+// acquire granted by a lost attempt is extended by the next, with the same
+// token). If the server stays unreachable the error reaches baton, whose
+// keepalive keeps trying until the lease's deadline.
+//
+// # Transactions under the lock
+//
+// [Store.InLockedTx] runs a function in a database transaction that holds
+// a lock name as a lease would, with a fencing token from the same
+// counter, for work that must commit atomically with the lock (as Kestra's
+// JDBC runner does).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+)
+
+func init() {
+	open := func(ctx context.Context, u *url.URL) (driver.Store, error) {
+		conn, opts, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, conn, opts)
+	}
+	baton.Register("postgres", open)
+	baton.Register("postgresql", open)
+}
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "baton_locks"
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Table names the lock table (DefaultTable if empty) and the other
+	// objects of the store, which take it as prefix (see the package
+	// documentation): a lower-case letter or underscore, then up to 40
+	// lower-case letters, digits or underscores.
+	Table string
+	// Schema holds the objects; empty means the connection's current
+	// schema, looked up on first use.
+	Schema string
+	// NoCreate makes the store use existing objects, created beforehand
+	// with the script from DDL, instead of creating them.
+	NoCreate bool
+}
+
+// ErrClosed is returned by a Store's methods after Close.
+var ErrClosed = errors.New("postgres: store is closed")
+
+// Store is a client of a lock table in PostgreSQL. It is safe for
+// concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	opts    Options
+	hub     *hub
+
+	initSem chan struct{} // held while the schema is checked or created
+	ready   atomic.Bool
+	obj     objects // set once ready
+	q       queries // set once ready
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+type queries struct {
+	acquire, renew, release, list, purge, bind string
+}
+
+// Open connects to the database at connString (a URL or keyword/value
+// string, as pgxpool.ParseConfig takes) with a pool of its own, checks the
+// lock table and creates it unless opts.NoCreate is set. Close closes the
+// pool.
+func Open(ctx context.Context, connString string, opts *Options) (*Store, error) {
+	o, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := newStore(pool, o)
+	s.ownPool = true
+	if err := s.init(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a store over pool, which stays the caller's: Close leaves it
+// open, and the caller closes it after closing the Store (and every baton
+// Client over it). The store checks (and, unless opts.NoCreate is set,
+// creates) the lock table on first use. Besides the pool's connections, a
+// Store that has waiters opens one connection of its own, with the pool's
+// connection settings, to listen for notifications.
+func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: pool is nil")
+	}
+	o, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(pool, o), nil
+}
+
+func checkOptions(opts *Options) (Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := checkTable(o.Table); err != nil {
+		return o, err
+	}
+	return o, checkSchema(o.Schema)
+}
+
+func newStore(pool *pgxpool.Pool, o Options) *Store {
+	return &Store{
+		pool:    pool,
+		opts:    o,
+		hub:     newHub(pool.Config().ConnConfig, o.Table),
+		initSem: make(chan struct{}, 1),
+	}
+}
+
+// parseURL splits baton's parameters off a postgres:// URL.
+func parseURL(u *url.URL) (string, *Options, error) {
+	var o Options
+	q := u.Query()
+	for k, vs := range q {
+		if !strings.HasPrefix(k, "baton_") {
+			continue
+		}
+		v := vs[len(vs)-1]
+		switch k {
+		case "baton_table":
+			o.Table = v
+		case "baton_schema":
+			o.Schema = v
+		case "baton_nocreate":
+			switch strings.ToLower(v) {
+			case "1", "true", "yes", "on", "":
+				o.NoCreate = true
+			case "0", "false", "no", "off":
+			default:
+				return "", nil, fmt.Errorf("postgres: baton_nocreate=%q in the URL: want 1 or 0", v)
+			}
+		default:
+			return "", nil, fmt.Errorf("postgres: unknown URL parameter %s (known: baton_table, baton_schema, baton_nocreate)", k)
+		}
+		q.Del(k)
+	}
+	c := *u
+	c.RawQuery = q.Encode()
+	return c.String(), &o, nil
+}
+
+// init resolves the schema and checks or creates the objects, once.
+func (s *Store) init(ctx context.Context) error {
+	if s.ready.Load() {
+		return nil
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	select {
+	case s.initSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.initSem }()
+	if s.ready.Load() {
+		return nil
+	}
+	err := retry(ctx, func() error { return s.setup(ctx) })
+	if err != nil {
+		return err
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+func (s *Store) setup(ctx context.Context) error {
+	schema, version, err := s.lookup(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	obj := newObjects(schema, s.opts.Table)
+	if version != schemaVersion {
+		if s.opts.NoCreate {
+			what := "is missing"
+			if version != "" {
+				what = fmt.Sprintf("was created for %q, not %q", version, schemaVersion)
+			}
+			return fmt.Errorf("postgres: lock table %s %s, and Options.NoCreate is set: create it with the script from postgres.DDL", obj.counter, what)
+		}
+		if err := s.create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	s.obj = obj
+	s.q = queries{
+		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3)",
+		release: "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
+		list:    "SELECT * FROM " + obj.list + "($1, $2, $3)",
+		purge:   "SELECT * FROM " + obj.purge + "()",
+		bind:    "SELECT " + obj.bind + "($1, $2, $3)",
+	}
+	return nil
+}
+
+// lookup returns the schema (Options.Schema, or the current one) and the
+// version recorded on the lock table ("" if there is none).
+func (s *Store) lookup(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (schema, version string, err error) {
+	var sch, ver *string
+	err = q.QueryRow(ctx, `SELECT s, obj_description(to_regclass(quote_ident(s) || '.' || quote_ident($2)), 'pg_class')
+		FROM (SELECT coalesce(nullif($1, ''), current_schema()) AS s) x`, s.opts.Schema, s.opts.Table).Scan(&sch, &ver)
+	if err != nil {
+		return "", "", fmt.Errorf("postgres: looking up the lock table: %w", err)
+	}
+	if sch == nil {
+		return "", "", errors.New("postgres: no schema: the connection's search_path names no existing schema; set Options.Schema")
+	}
+	if ver != nil {
+		version = *ver
+	}
+	return *sch, version, nil
+}
+
+// create runs the DDL in a transaction that holds an advisory lock, so
+// that concurrent first opens of the same table take turns.
+func (s *Store) create(ctx context.Context, obj objects) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: creating the lock table: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "baton ddl "+obj.counter); err != nil {
+		return fmt.Errorf("postgres: creating the lock table: %w", err)
+	}
+	// Another process may have created it while we waited for the lock.
+	if _, version, err := s.lookup(ctx, tx); err != nil {
+		return err
+	} else if version == schemaVersion {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, obj.ddl()); err != nil {
+		return fmt.Errorf("postgres: creating the lock table %s: %w", obj.counter, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: creating the lock table %s: %w", obj.counter, err)
+	}
+	return nil
+}
+
+// begin is called by every method: the store must be open and set up.
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.init(ctx)
+}
+
+// retry runs f again, a few times, when it failed on a broken connection
+// (the pool drops such connections and dials anew: after a server restart,
+// idle connections fail once each) or on a serialization failure (under a
+// default isolation level above READ COMMITTED). Every call of the store
+// may be repeated safely: an acquire granted by the lost attempt is
+// extended by the next one, with the same token.
+func retry(ctx context.Context, f func() error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err = f(); err == nil || attempt == 4 || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(time.Duration(1<<attempt) * 5 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+func retryable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01", // serialization failure, deadlock
+			"57P01", "57P02", "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
+			"08000", "08003", "08006": // connection exceptions
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false // the server is not there: retrying at once will not help
+	}
+	var ne net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+func ns(d time.Duration) int64 { return int64(d) }
+
+// Acquire implements driver.Store.
+func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		status                    int16
+		token, after              int64
+		created, renewed, expires time.Time
+	)
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
+			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta).
+			Scan(&status, &token, &created, &renewed, &expires, &after)
+	})
+	if err != nil {
+		return nil, wrap("acquire", err)
+	}
+	switch status {
+	case 0, 1:
+		return &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires, Extended: status == 1}, nil
+	case 2:
+		return nil, &driver.Busy{After: time.Duration(after)}
+	case 3:
+		return nil, driver.ErrModeConflict
+	}
+	return nil, fmt.Errorf("postgres: acquire: unexpected status %d", status)
+}
+
+// Renew implements driver.Store.
+func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]*driver.Grant, len(holds))
+	if len(holds) == 0 {
+		return out, nil
+	}
+	names, owners, ttls := make([]string, len(holds)), make([]string, len(holds)), make([]int64, len(holds))
+	for i, h := range holds {
+		names[i], owners[i], ttls[i] = h.Name, h.Owner, ns(h.TTL)
+	}
+	err := retry(ctx, func() error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, s.q.renew, names, owners, ttls)
+		if err != nil {
+			return err
+		}
+		var (
+			i                         int32
+			token                     int64
+			created, renewed, expires time.Time
+		)
+		_, err = pgx.ForEachRow(rows, []any{&i, &token, &created, &renewed, &expires}, func() error {
+			if i < 1 || int(i) > len(out) {
+				return fmt.Errorf("renew: row %d out of range", i)
+			}
+			out[i-1] = &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, wrap("renew", err)
+	}
+	return out, nil
+}
+
+// Release implements driver.Store.
+func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	names, owners := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		names[i], owners[i] = k.Name, k.Owner
+	}
+	err := retry(ctx, func() error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, s.q.release, names, owners)
+		if err != nil {
+			return err
+		}
+		var (
+			i    int32
+			held bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&i, &held}, func() error {
+			if i < 1 || int(i) > len(out) {
+				return fmt.Errorf("release: row %d out of range", i)
+			}
+			out[i-1] = out[i-1] || held
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, wrap("release", err)
+	}
+	return out, nil
+}
+
+// List implements driver.Store. It honours f.Name, f.Prefix and f.Owner.
+func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		f = &driver.Filter{}
+	}
+	var out []driver.Holder
+	err := retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, s.q.list, f.Name, f.Prefix, f.Owner)
+		if err != nil {
+			return err
+		}
+		var h holderRow
+		_, err = pgx.ForEachRow(rows, []any{&h.name, &h.owner, &h.queued, &h.mode, &h.limit, &h.token,
+			&h.host, &h.meta, &h.ttl, &h.created, &h.renewed, &h.expires, &h.now}, func() error {
+			out = append(out, h.holder())
+			h = holderRow{}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	return out, nil
+}
+
+// Purge implements driver.Store.
+func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var out []driver.Holder
+	err := retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, s.q.purge)
+		if err != nil {
+			return err
+		}
+		var h holderRow
+		_, err = pgx.ForEachRow(rows, []any{&h.name, &h.owner, &h.mode, &h.limit, &h.token,
+			&h.host, &h.meta, &h.ttl, &h.created, &h.renewed, &h.expires, &h.now}, func() error {
+			out = append(out, h.holder())
+			h = holderRow{}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, wrap("purge", err)
+	}
+	return out, nil
+}
+
+type holderRow struct {
+	name, owner, host         string
+	queued                    bool
+	mode                      int16
+	limit                     int32
+	token, ttl                int64
+	meta                      map[string]string
+	created, renewed, expires time.Time
+	now                       time.Time
+}
+
+func (h *holderRow) holder() driver.Holder {
+	out := driver.Holder{
+		Name: h.name, Owner: h.owner, Mode: driver.Mode(h.mode), Limit: int(h.limit), Queued: h.queued,
+		Host: h.host, Meta: h.meta, TTL: time.Duration(h.ttl),
+		Created: h.created, Renewed: h.renewed, Expires: h.expires, Left: h.expires.Sub(h.now),
+	}
+	if !h.queued {
+		out.Token = uint64(h.token)
+	}
+	return out
+}
+
+// Close stops the store's listener and, for a store made by Open, closes
+// its pool. A pool given to New stays open. Close waits for calls in
+// flight to return their connections.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.hub.close()
+		if s.ownPool {
+			s.pool.Close()
+		}
+	})
+	return nil
+}
+
+// Watch implements driver.Waiter.
+func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.hub.watch(req.Name, req.Owner)
+}
+
+// jitter returns d scaled by a random factor in [0.5, 1].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

@@ -1,0 +1,89 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/mem"
+)
+
+// flaky fails its first n Acquire calls, after doing them (as when the
+// reply is lost), and counts Renew calls.
+type flaky struct {
+	*mem.Store
+	fails  atomic.Int32
+	owners []string
+	renews atomic.Int32
+	down   atomic.Bool
+}
+
+var errFlaky = errors.New("connection reset")
+
+func (f *flaky) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	f.owners = append(f.owners, req.Owner)
+	g, err := f.Store.Acquire(ctx, req)
+	if f.fails.Add(-1) >= 0 {
+		return nil, errFlaky
+	}
+	return g, err
+}
+
+func (f *flaky) Renew(ctx context.Context, hs []driver.Hold) ([]*driver.Grant, error) {
+	f.renews.Add(1)
+	if f.down.Load() {
+		return nil, errFlaky
+	}
+	return f.Store.Renew(ctx, hs)
+}
+
+func TestLockRetriesStoreErrorsWithTheSameOwner(t *testing.T) {
+	ctx := context.Background()
+	f := &flaky{Store: mem.New()}
+	f.fails.Store(2)
+	c, _ := baton.New(f, nil)
+	defer c.Close()
+	l, err := c.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatalf("Lock after two failed calls: %v", err)
+	}
+	if len(f.owners) != 3 || f.owners[0] != f.owners[2] || l.Owner() != f.owners[0] {
+		t.Errorf("retries used owners %v, lease owner %s: want one owner throughout", f.owners, l.Owner())
+	}
+	l.Release(ctx)
+
+	f2 := &flaky{Store: mem.New()}
+	f2.fails.Store(1)
+	c2, _ := baton.New(f2, &baton.Options{Retries: -1})
+	defer c2.Close()
+	if _, err := c2.TryLock(ctx, "x", nil); !errors.Is(err, errFlaky) {
+		t.Errorf("TryLock with retries off: %v, want the store's error", err)
+	}
+	// The failed attempt's grant was undone: the lock is free.
+	if _, err := c2.TryLock(ctx, "x", nil); err != nil {
+		t.Errorf("TryLock after an undone attempt: %v", err)
+	}
+}
+
+func TestKeepaliveBacksOffAfterFailures(t *testing.T) {
+	ctx := context.Background()
+	f := &flaky{Store: mem.New()}
+	c, _ := baton.New(f, nil)
+	defer c.Close()
+	ttl := 500 * time.Millisecond
+	l, err := c.Lock(ctx, "x", &baton.LockOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.down.Store(true)
+	<-l.Done()
+	// Renewals start at TTL/3 and retry every TTL/10 until the deadline:
+	// about 7 calls, not a spin.
+	if n := f.renews.Load(); n > 20 {
+		t.Errorf("%d renewals before the lease ended: keepalive spins on failure", n)
+	}
+}
