@@ -400,17 +400,21 @@ func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 	return out, nil
 }
 
+// expired reports whether a listed hold expired; holds that live as long as
+// a store session (Expires zero) never do.
+func expired(h *LockInfo) bool { return !h.Expires.IsZero() && h.Left <= 0 }
+
 func match(f *Filter, h *LockInfo) bool {
 	switch {
 	case f.Name != "" && h.Name != f.Name,
 		len(h.Name) < len(f.Prefix) || h.Name[:len(f.Prefix)] != f.Prefix,
 		f.Owner != "" && h.Owner != f.Owner,
 		h.Queued && !f.Queued,
-		!f.Expired && h.Expires != (time.Time{}) && h.Left <= 0,
+		!f.Expired && expired(h),
 		!f.CreatedBefore.IsZero() && !h.Created.Before(f.CreatedBefore),
 		!f.CreatedAfter.IsZero() && !h.Created.After(f.CreatedAfter),
-		f.LeftBelow > 0 && !(h.Expires != (time.Time{}) && h.Left < f.LeftBelow),
-		f.LeftAtLeast > 0 && h.Expires != (time.Time{}) && h.Left < f.LeftAtLeast:
+		f.LeftBelow > 0 && !(!h.Expires.IsZero() && h.Left < f.LeftBelow),
+		f.LeftAtLeast > 0 && !h.Expires.IsZero() && h.Left < f.LeftAtLeast:
 		return false
 	}
 	return true
@@ -442,7 +446,7 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 	if err != nil {
 		return nil, storeErr("renew owner", owner, err)
 	}
-	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Queued || h.Left <= 0 || h.Owner != owner })
+	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Queued || expired(&h) || h.Owner != owner })
 	holds := make([]driver.Hold, len(hs))
 	for i, h := range hs {
 		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}

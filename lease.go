@@ -147,10 +147,11 @@ func (l *Lease) end(err error, release bool) {
 	case errors.Is(err, ErrExpired):
 		kind = EventExpired
 	}
-	// The event comes first, so that whoever wakes on Done finds it.
+	// The event and the context's cause come first, so that whoever wakes
+	// on Done finds them.
 	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
-	close(l.done)
 	l.cancel(err)
+	close(l.done)
 
 	c.mu.Lock()
 	if c.leases[l.key] == l {
@@ -196,18 +197,27 @@ func (l *Lease) Info() LockInfo {
 	defer l.mu.Unlock()
 	i := l.info
 	i.Meta = maps.Clone(i.Meta)
-	if !i.Expires.IsZero() {
-		i.Left = time.Until(l.deadline)
+	if d := l.deadlineLocked(); !d.IsZero() {
+		i.Left = time.Until(d)
 	}
 	return i
 }
 
 // Deadline is the time, on this machine's clock, until which the lease is
-// certainly held; it moves with every renewal. Zero for a lease that lives
-// as long as its store session.
+// certainly held; it moves with every renewal. For a lease that lives in a
+// store session it is the session's deadline, zero if the store cannot say.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.deadlineLocked()
+}
+
+func (l *Lease) deadlineLocked() time.Time {
+	if l.deadline.IsZero() && l.session != nil {
+		if d, ok := l.session.(driver.SessionDeadline); ok {
+			return d.Deadline()
+		}
+	}
 	return l.deadline
 }
 
@@ -227,7 +237,7 @@ func (l *Lease) Err() error {
 	if l.err != nil {
 		return l.err
 	}
-	if !l.deadline.IsZero() && !time.Now().Before(l.deadline) {
+	if d := l.deadlineLocked(); !d.IsZero() && !time.Now().Before(d) {
 		if l.keepAlive {
 			return ErrLeaseLost
 		}

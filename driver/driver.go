@@ -132,6 +132,15 @@ type Session interface {
 	Err() error
 }
 
+// SessionDeadline is implemented by sessions that know until when they are
+// certainly alive, judged on the local monotonic clock (the last confirmed
+// keepalive's send time plus the session timeout, less a margin). baton
+// reports it as the lease's Deadline and judges Lease.Err by it, so that a
+// holder checking Err is exact even when Done has not fired yet.
+type SessionDeadline interface {
+	Deadline() time.Time
+}
+
 // Holder describes a hold or queue entry, for listings.
 type Holder struct {
 	Name    string
