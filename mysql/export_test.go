@@ -1,0 +1,39 @@
+package mysql
+
+// Test hooks.
+
+// DropSQL returns the statements that drop every object of a lock table
+// (tests use fresh tables).
+func DropSQL(table string) []string {
+	o := newObjects(table)
+	out := []string{"DROP TABLE IF EXISTS " + o.holds + ", " + o.counters}
+	for _, p := range o.procedures() {
+		out = append(out, "DROP PROCEDURE IF EXISTS "+p)
+	}
+	return out
+}
+
+// Statements returns the DDL of table, one statement per element.
+func Statements(table string) []string { return newObjects(table).statements() }
+
+// HeldBells is the number of bells s holds.
+func HeldBells(s *Store) int { return s.bells.heldCount() }
+
+// BreakBells closes s's bell connection behind its back, as a network
+// failure would: every bell of s is released by the server.
+func BreakBells(s *Store) {
+	s.bells.mu.Lock()
+	defer s.bells.mu.Unlock()
+	if s.bells.conn != nil {
+		_ = s.bells.conn.Raw(func(any) error { return sqldriverErrBadConn })
+		// The Conn stays set, as if nobody had noticed yet: its next use
+		// fails, and the store opens a new one.
+	}
+}
+
+// Watches is the number of open watches of s.
+func Watches(s *Store) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watches)
+}

@@ -1,0 +1,1081 @@
+// Package mysql is baton's MySQL and MariaDB store: locks shared by every
+// process that reaches one database of a MySQL 8.0 (or later) or MariaDB
+// 10.6 (or later) server, through github.com/go-sql-driver/mysql and
+// database/sql. Import it for its URL schemes:
+//
+//	import _ "github.com/baton-go/baton/mysql"
+//
+//	client, err := baton.Open(ctx, "mysql://app:secret@db.example.com:3306/app?tls=true", nil)
+//
+// or open a store directly with [Open] (from a go-sql-driver DSN) or [New]
+// (over a *sql.DB of your own) and pass it to baton.New.
+//
+// # URL
+//
+// mysql:// and mariadb:// URLs have the form
+//
+//	mysql://USER:PASSWORD@HOST:PORT/DATABASE?PARAM=VALUE&…
+//
+// The port defaults to 3306; the user and password are URL-encoded.
+// A socket=/path/to/mysqld.sock parameter connects over a Unix socket
+// instead of TCP. Other parameters are go-sql-driver's own DSN parameters
+// (timeout, readTimeout, charset, …), except those starting with baton_:
+//
+//	baton_table=NAME    Options.Table
+//	baton_nocreate=1    Options.NoCreate
+//
+// TLS is go-sql-driver's: tls=true verifies the server's certificate
+// against the system roots, tls=skip-verify encrypts without verifying,
+// tls=preferred uses TLS when the server offers it, and tls=NAME uses a
+// *tls.Config registered under NAME with mysql.RegisterTLSConfig (for a
+// private CA or client certificates) before the URL is opened. [ParseURL]
+// shows the DSN a URL becomes.
+//
+// # Schema
+//
+// With Options.Table T (baton_locks by default), the store uses, in the
+// connection's database:
+//
+//	T          one row per lock name ever used: (name, seq, ticket), the
+//	           name's fencing and queue counters. Never deleted, so that
+//	           tokens keep growing for the life of the table, purges
+//	           included.
+//	T_holds    one row per hold or queue entry, keyed (name, owner): mode,
+//	           limit, token (or queue ticket), host, meta (JSON), TTL,
+//	           created, renewed, expires (UTC). Indexed by owner too.
+//	T_acquire, T_renew, T_release, T_purge, T_bind
+//	           stored procedures: each call of a Store is one CALL, one
+//	           round trip.
+//
+// Names and owners are VARBINARY: compared byte for byte, so "x", "X" and
+// "x " are three different locks whatever the collations of the server.
+// Both tables are InnoDB.
+//
+// [DDL] returns the whole script. Unless Options.NoCreate is set, the store
+// runs it on first use (in [Open], or in the first call of a Store made by
+// [New]) when the objects are missing or were created by another version of
+// this package (their comments record the version), while holding a
+// GET_LOCK named after the table, so that processes opening the store at
+// the same time take turns. The user then needs the CREATE, DROP, CREATE
+// ROUTINE and ALTER ROUTINE privileges on the database. With NoCreate, run
+// the script yourself; the store then fails with a clear error if the
+// objects are missing or out of date.
+//
+// # How a call is decided
+//
+// Every procedure first takes the name's row of T with SELECT … FOR UPDATE
+// (creating the row if needed): that row lock serializes all decisions
+// about one name, across every client. It then reads the server's clock,
+// drops the name's expired holds and queue entries, and applies the grant
+// rules of package lockstate: an owner that holds the name already extends
+// its hold and keeps its token (another mode or limit is refused); an
+// exclusive request needs no holder and nobody queued ahead; a shared one
+// needs no exclusive holder, no exclusive request queued ahead and, with a
+// limit L, fewer than L holders and shared requests queued ahead; a grant
+// takes the next value of the name's counter as its fencing token; a
+// request that is not granted joins the name's FIFO queue (or refreshes
+// its place once half its queue TTL is used). Renew and Release send their
+// whole batch as one JSON argument and handle it in one transaction,
+// locking the names in byte order; holds that are no longer live are
+// skipped without taking their name's lock. The transactions run at READ
+// COMMITTED (set by each procedure for its own transaction), which needs
+// binlog_format ROW or MIXED if the server writes a binary log, and
+// autocommit on for the store's connections (the default).
+//
+// The procedures wait at most a second for a name's row (they set
+// innodb_lock_wait_timeout for their own statements only). Only a
+// transaction of Store.InTx holds a row that long; an Acquire that meets
+// one reports the lock as taken, and its waiter is woken when the
+// transaction ends. A call whose context ends is not cut off at once:
+// MySQL finishes a statement whose client has gone, so a cancelled CALL
+// could still grant or queue the request with nobody to know it. Calls
+// that change locks therefore run up to a few seconds past their context
+// (normally a second at most, thanks to the bound above) and report what
+// they did: an Acquire granted as its context ended returns the grant.
+//
+// # Clock and durability
+//
+// The store's clock is the database server's UTC_TIMESTAMP(6), read once
+// the name's row is locked (see the comment on ddlTemplate in ddl.go for
+// why an expiry computed from it is never earlier than the holder's own
+// deadline). Only the server's clock is read, so clients' clocks may
+// disagree; stepping the server's clock shortens or lengthens every hold
+// alive at that moment.
+//
+// Commits are as durable as the server makes them: keep
+// innodb_flush_log_at_trx_commit=1 (the default; and sync_binlog=1 if the
+// server writes a binary log), so that a fencing token once handed out is
+// never handed out again after a crash. MySQL cannot relax durability for
+// one transaction, so releases are flushed too: each acquire and each
+// release costs one log flush on the server.
+//
+// # Waking waiters
+//
+// MySQL has no LISTEN/NOTIFY; the store wakes waiters with the server's
+// user-level locks (GET_LOCK), used as doorbells. Each Store keeps one
+// connection of its own, its bell connection, on which it holds a bell
+// named after (table, lock name, owner) for every hold and queue entry it
+// created: the bell is taken before the Acquire that creates the entry and
+// released once the entry is gone (Release, or a Renew that finds the hold
+// lost). A refused Acquire returns, besides the time until the first holder
+// expires, the entry the request should wait for: for an exclusive request
+// the queue entry just ahead of it, or the oldest holder; for a shared one
+// the nearest exclusive entry ahead, or the exclusive holder, or (a full
+// semaphore) the oldest holder. The waiting Lock's Watch then blocks in
+// SELECT GET_LOCK(bell, timeout) on a connection of its own, and releases
+// the bell in the same statement as soon as it gets it: it only wanted to
+// know that the entry ahead left. So each release wakes the one waiter
+// next in line (a chain, as in ZooKeeper's lock recipe), not every waiter.
+// A Release runs on the bell connection when that is idle, and its
+// procedure releases the bells right after deleting the entries, before
+// its commit: the woken waiter's acquire then waits for that commit on the
+// name's row lock, so it cannot find the entry still there, and its own
+// log flush overlaps the release's. (When the bell connection is busy, the
+// Release runs on a pool connection and the bells are released after it.)
+//
+// Where a bell tells nothing, baton's fallback poll (Options.MaxPoll, and
+// the time until the first holder expires) takes over: a hold that ends by
+// expiry (its process died: the connection drop frees its bells, and the
+// entry stays until it expires), a bell that was free while its entry was
+// still live (the entry's Store died or lost its bell connection; the
+// waiter then backs off exponentially up to the poll interval instead of
+// spinning), a semaphore waiter whose slot is freed by a holder other than
+// the oldest, and a hold taken through another Store under the same chosen
+// owner. A bell whose entry ended without this Store seeing it (the hold
+// expired, or was released by an administrator through another Store)
+// stays up until the Store learns of it from a Renew, a Release or Close;
+// as bells are per owner, nobody waits on it past the entry's expiry. Bells are named
+// with a hash (lock names may be longer than the 64
+// characters GET_LOCK allows) and are server-wide, so the hash includes the
+// database and table. A Store has one pool connection for its bells and
+// one more per Lock that is waiting; size a pool given to New accordingly.
+// MySQL (not MariaDB) rounds GET_LOCK's timeout down to whole seconds, so
+// there a wait that must end within a second ends by closing its
+// connection, which is then opened anew.
+//
+// # Transactions under the lock
+//
+// [Store.InTx] runs a function in a database transaction that holds a lock
+// name as a lease would, with a fencing token from the same counter, for
+// work that must commit atomically with the lock (as Kestra's JDBC runner
+// does).
+package mysql
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+)
+
+func init() {
+	open := func(ctx context.Context, u *url.URL) (driver.Store, error) {
+		dsn, opts, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, dsn, opts)
+	}
+	baton.Register("mysql", open)
+	baton.Register("mariadb", open)
+}
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "baton_locks"
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Table names the lock table (DefaultTable if empty) and is the prefix
+	// of the store's other objects (see the package documentation): a
+	// lower-case letter or underscore, then up to 40 lower-case letters,
+	// digits or underscores.
+	Table string
+	// NoCreate makes the store use existing objects, created beforehand
+	// with the script from DDL, instead of creating them.
+	NoCreate bool
+}
+
+// ErrClosed is returned by a Store's methods after Close.
+var ErrClosed = errors.New("mysql: store is closed")
+
+// Store is a client of a lock table in MySQL or MariaDB. It is safe for
+// concurrent use.
+type Store struct {
+	db    *sql.DB
+	ownDB bool
+	opts  Options
+	obj   objects
+
+	initSem chan struct{} // held while the schema is checked or created
+	ready   atomic.Bool
+	st      stmts // set once ready
+	srv     server
+
+	bells *bells
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	watches map[driver.Key]*watch
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+type stmts struct {
+	acquire, renew, release, bind            *sql.Stmt
+	listAll, listName, listOwner, listPrefix *sql.Stmt
+	purge                                    string
+}
+
+func (s *stmts) close() {
+	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// server is what the store learned about the server on first use.
+type server struct {
+	mariadb bool   // GET_LOCK takes fractional timeouts
+	dbName  string // the connection's database
+}
+
+// Open connects to the database named by dsn, a go-sql-driver DSN such as
+// "user:password@tcp(host:3306)/db?tls=true", with a pool of its own,
+// checks the lock table and creates it unless opts.NoCreate is set. Close
+// closes the pool.
+func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
+	o, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := mysqldrv.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("mysql: the DSN names no database")
+	}
+	conn, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	// A Store keeps a connection for its bells and one per waiting Lock
+	// out of the pool; keep a few idle ones for the calls.
+	db.SetMaxIdleConns(8)
+	s := newStore(db, o)
+	s.ownDB = true
+	if err := s.init(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a store over db, which stays the caller's: Close leaves it
+// open, and the caller closes it after closing the Store (and every baton
+// Client over it). db must be a go-sql-driver pool whose DSN names a
+// database. The store checks (and, unless opts.NoCreate is set, creates)
+// the lock table on first use. Besides the connections of its calls, a
+// Store takes one connection from db for its bells, for as long as it is
+// open, and one more for each Lock that waits, while it waits: a pool
+// limited with SetMaxOpenConns must leave room for them.
+func New(db *sql.DB, opts *Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("mysql: db is nil")
+	}
+	o, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(db, o), nil
+}
+
+func checkOptions(opts *Options) (Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	return o, checkTable(o.Table)
+}
+
+func newStore(db *sql.DB, o Options) *Store {
+	s := &Store{
+		db:      db,
+		opts:    o,
+		obj:     newObjects(o.Table),
+		initSem: make(chan struct{}, 1),
+		watches: make(map[driver.Key]*watch),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.bells = &bells{db: db, held: map[string]bool{}, lost: map[string]bool{}}
+	return s
+}
+
+// ParseURL converts a mysql:// or mariadb:// URL (see the package
+// documentation) to a go-sql-driver DSN and the Options its baton_
+// parameters set.
+func ParseURL(rawURL string) (dsn string, opts *Options, err error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("mysql: %w", err)
+	}
+	return parseURL(u)
+}
+
+func parseURL(u *url.URL) (string, *Options, error) {
+	switch strings.ToLower(u.Scheme) {
+	case "mysql", "mariadb":
+	default:
+		return "", nil, fmt.Errorf("mysql: URL scheme %q is not mysql or mariadb", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return "", nil, fmt.Errorf("mysql: URL %q: want mysql://user:password@host:port/database", u.Redacted())
+	}
+	var o Options
+	q := u.Query()
+	socket := ""
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch {
+		case k == "socket":
+			socket = v
+			q.Del(k)
+		case k == "baton_table":
+			o.Table = v
+			q.Del(k)
+		case k == "baton_nocreate":
+			switch strings.ToLower(v) {
+			case "1", "true", "yes", "on", "":
+				o.NoCreate = true
+			case "0", "false", "no", "off":
+			default:
+				return "", nil, fmt.Errorf("mysql: baton_nocreate=%q in the URL: want 1 or 0", v)
+			}
+			q.Del(k)
+		case strings.HasPrefix(k, "baton_"):
+			return "", nil, fmt.Errorf("mysql: unknown URL parameter %s (known: baton_table, baton_nocreate)", k)
+		}
+	}
+	if o.Table != "" {
+		if err := checkTable(o.Table); err != nil {
+			return "", nil, err
+		}
+	}
+	// The driver parses its own parameters from a DSN without address;
+	// everything else is set on the config it returns.
+	cfg, err := mysqldrv.ParseDSN("/?" + q.Encode())
+	if err != nil {
+		return "", nil, fmt.Errorf("mysql: URL parameters: %w", err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return "", nil, fmt.Errorf("mysql: URL %q: want one database name as its path", u.Redacted())
+	}
+	switch {
+	case socket != "":
+		if u.Host != "" {
+			return "", nil, fmt.Errorf("mysql: URL %q has both a host and a socket", u.Redacted())
+		}
+		cfg.Net, cfg.Addr = "unix", socket
+	case u.Host == "":
+		return "", nil, fmt.Errorf("mysql: URL %q has no host (or socket= parameter)", u.Redacted())
+	default:
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = "3306"
+		}
+		cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(host, port)
+	}
+	return cfg.FormatDSN(), &o, nil
+}
+
+// init checks or creates the objects and prepares the statements, once.
+func (s *Store) init(ctx context.Context) error {
+	if s.ready.Load() {
+		return nil
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	select {
+	case s.initSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.initSem }()
+	if s.ready.Load() {
+		return nil
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := retry(ctx, func() error { return s.setup(ctx) }); err != nil {
+		return err
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+func (s *Store) setup(ctx context.Context) error {
+	var version string
+	var dbName sql.NullString
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION(), DATABASE()").Scan(&version, &dbName); err != nil {
+		return fmt.Errorf("mysql: connecting: %w", err)
+	}
+	if !dbName.Valid || dbName.String == "" {
+		return errors.New("mysql: the connection has no current database: name one in the DSN")
+	}
+	srv := server{mariadb: strings.Contains(strings.ToLower(version), "mariadb"), dbName: dbName.String}
+	if err := checkVersion(version, srv.mariadb); err != nil {
+		return err
+	}
+	ok, err := s.current(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if s.opts.NoCreate {
+			return fmt.Errorf("mysql: lock table %s in database %s is missing or out of date (want %q), and Options.NoCreate is set: create it with the script from mysql.DDL",
+				s.obj.counters, srv.dbName, schemaVersion)
+		}
+		if err := s.create(ctx, srv.dbName); err != nil {
+			return err
+		}
+	}
+	var st stmts
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var p *sql.Stmt
+		p, err = s.db.PrepareContext(ctx, q)
+		return p
+	}
+	const cols = "name, owner, queued, mode, lim, token, host, meta, ttl_ns, " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created), " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', renewed), " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires), " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+	h := s.obj.holds
+	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	st.renew = prep("CALL " + s.obj.renew + "(?)")
+	st.release = prep("CALL " + s.obj.release + "(?)")
+	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
+	st.listAll = prep("SELECT " + cols + " FROM " + h)
+	st.listName = prep("SELECT " + cols + " FROM " + h + " WHERE name = UNHEX(?)")
+	st.listOwner = prep("SELECT " + cols + " FROM " + h + " WHERE owner = UNHEX(?)")
+	// Names are UTF-8, which has no byte 0xFF: the names with a prefix p
+	// are exactly those in [p, p || 0xFF).
+	st.listPrefix = prep("SELECT " + cols + " FROM " + h + " WHERE name >= UNHEX(?) AND name < UNHEX(?)")
+	st.purge = "CALL " + s.obj.purge + "()"
+	if err != nil {
+		st.close()
+		return fmt.Errorf("mysql: preparing statements: %w", err)
+	}
+	s.st, s.srv = st, srv
+	return nil
+}
+
+// checkVersion refuses servers without JSON_TABLE.
+func checkVersion(version string, mariadb bool) error {
+	major, minor := 0, 0
+	v := version
+	if i := strings.IndexFunc(v, func(r rune) bool { return r != '.' && (r < '0' || r > '9') }); i >= 0 {
+		v = v[:i]
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) >= 2 {
+		major, _ = strconv.Atoi(parts[0])
+		minor, _ = strconv.Atoi(parts[1])
+	}
+	if mariadb && (major > 10 || major == 10 && minor >= 6) || !mariadb && major >= 8 {
+		return nil
+	}
+	return fmt.Errorf("mysql: server version %q is too old: the store needs MySQL 8.0 or MariaDB 10.6 (for JSON_TABLE)", version)
+}
+
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// current reports whether the tables exist and every procedure has this
+// version's comment.
+func (s *Store) current(ctx context.Context, q queryRower) (bool, error) {
+	var tables, procs int
+	ps := s.obj.procedures()
+	args := []any{s.obj.counters, s.obj.holds}
+	for _, p := range ps {
+		args = append(args, p)
+	}
+	args = append(args, schemaVersion)
+	err := q.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)),
+		(SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()
+		    AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?, ?, ?, ?, ?) AND ROUTINE_COMMENT = ?)`,
+		args...).Scan(&tables, &procs)
+	if err != nil {
+		return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
+	}
+	return tables == 2 && procs == len(ps), nil
+}
+
+// create runs the DDL on a connection that holds a GET_LOCK named after
+// the table, so that concurrent first opens take turns (DDL is not
+// transactional in MySQL).
+func (s *Store) create(ctx context.Context, dbName string) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mysql: creating the lock table: %w", err)
+	}
+	// The GET_LOCK dies with the connection: discard it rather than return
+	// it to the pool.
+	defer discard(conn)
+	ddlLock := "baton-ddl:" + hash(dbName, s.opts.Table) // GET_LOCK names are server-wide
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", ddlLock).Scan(&got); err != nil {
+		return fmt.Errorf("mysql: creating the lock table: %w", err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("mysql: creating the lock table %s: another process held the DDL lock for 60s", s.obj.counters)
+	}
+	// Another process may have created it while we waited for the lock.
+	if ok, err := s.current(ctx, conn); err != nil || ok {
+		return err
+	}
+	// Procedures keep the sql_mode they were created with.
+	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"); err != nil {
+		return fmt.Errorf("mysql: creating the lock table: %w", err)
+	}
+	for _, stmt := range s.obj.statements() {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
+		}
+	}
+	return nil
+}
+
+// discard closes conn's underlying connection instead of returning it to
+// the pool, which also ends its session and releases its GET_LOCKs.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return sqldriverErrBadConn })
+	_ = conn.Close()
+}
+
+func hash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:48]
+}
+
+// begin is called by every method: the store must be open and set up.
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.init(ctx)
+}
+
+// retry runs f again, a few times, when it failed on a broken connection
+// (the pool drops such connections and dials anew: after a server restart,
+// idle connections fail once each) or on a deadlock. Every call of the
+// store may be repeated safely: an acquire granted by a lost attempt is
+// extended by the next one, with the same token.
+func retry(ctx context.Context, f func() error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err = f(); err == nil || attempt == 4 || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(time.Duration(1<<attempt) * 5 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+func retryable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var me *mysqldrv.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1213, // deadlock
+			1205,       // lock wait timeout: a name of the batch was held by InTx for a second
+			1615,       // prepared statement needs to be re-prepared
+			1053,       // server shutdown in progress
+			1927,       // connection killed (MariaDB)
+			2006, 2013: // server gone away, lost connection
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false // the server is not there: retrying at once will not help
+	}
+	return errors.Is(err, mysqldrv.ErrInvalidConn) || errors.Is(err, sqldriverErrBadConn) ||
+		errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("mysql: %s: %w", op, err)
+}
+
+// callGrace is how long a CALL that changes locks may outlive its
+// caller's context. Cancelling a query closes its connection, but MySQL
+// runs the statement to its end all the same, without anyone to tell the
+// outcome to: a grant or queue entry nobody knows of, which would block the
+// name until it expires. The procedures bound their lock waits to a
+// second, so a CALL normally returns by itself soon after its context
+// ends, with an outcome the caller can act on (baton releases a grant or
+// queue entry it no longer wants); the grace only cuts off a server or
+// network that stopped answering.
+const callGrace = 3 * time.Second
+
+// callCtx returns the context for a CALL made on behalf of ctx.
+func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(callGrace, cancel)
+		mu.Unlock()
+	})
+	return cctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+func ns(d time.Duration) int64 { return int64(d) }
+
+func usTime(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// blocker is the entry a refused request waits for (see Acquire).
+type blocker struct {
+	owner  string
+	queued bool
+	token  uint64
+}
+
+// Acquire implements driver.Store.
+func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var meta []byte
+	if len(req.Meta) > 0 {
+		var err error
+		if meta, err = json.Marshal(req.Meta); err != nil {
+			return nil, fmt.Errorf("mysql: acquire: metadata: %w", err)
+		}
+	}
+	// The bell goes up before the entry can exist, so that whoever sees
+	// the entry finds its bell held.
+	bell := s.bellName(req.Name, req.Owner)
+	took := s.bells.take(ctx, bell)
+	var (
+		status                    int8
+		token                     uint64
+		created, renewed, expires int64
+		after                     int64
+		bOwner                    []byte
+		bQueued                   int8
+		bToken                    uint64
+	)
+	queue := 0
+	if req.Queue {
+		queue = 1
+	}
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	err := retry(ctx, func() error {
+		bOwner = nil
+		return s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
+			ns(req.TTL), queue, ns(req.QueueTTL), req.Host, meta).
+			Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
+	})
+	keep := err == nil && (status <= 1 || status == 2 && req.Queue)
+	if took && !keep {
+		s.bells.drop(bell)
+	}
+	if err != nil {
+		return nil, wrap("acquire", err)
+	}
+	// The outcome stands even if ctx ended meanwhile: a grant is returned
+	// (the caller releases it if it no longer wants it).
+	switch status {
+	case 0, 1:
+		s.setBlocker(req, nil)
+		return &driver.Grant{Token: token, Created: usTime(created), Renewed: usTime(renewed), Expires: usTime(expires), Extended: status == 1}, nil
+	case 2:
+		if bOwner != nil {
+			s.setBlocker(req, &blocker{owner: string(bOwner), queued: bQueued == 1, token: bToken})
+		} else {
+			s.setBlocker(req, nil)
+		}
+		return nil, &driver.Busy{After: time.Duration(after)}
+	case 3:
+		return nil, driver.ErrModeConflict
+	}
+	return nil, fmt.Errorf("mysql: acquire: unexpected status %d", status)
+}
+
+// holdsJSON encodes holds as the renew procedure's argument.
+func holdsJSON(holds []driver.Hold) string {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i, h := range holds {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`["`)
+		sb.WriteString(hex.EncodeToString([]byte(h.Name)))
+		sb.WriteString(`","`)
+		sb.WriteString(hex.EncodeToString([]byte(h.Owner)))
+		sb.WriteString(`",`)
+		sb.WriteString(strconv.FormatInt(ns(h.TTL), 10))
+		sb.WriteByte(']')
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+// keysJSON encodes keys, with the bell to release for each (none if bells
+// is nil or has ""), as the release procedure's argument.
+func keysJSON(keys []driver.Key, bells []string) string {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i, k := range keys {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`["`)
+		sb.WriteString(hex.EncodeToString([]byte(k.Name)))
+		sb.WriteString(`","`)
+		sb.WriteString(hex.EncodeToString([]byte(k.Owner)))
+		sb.WriteString(`","`)
+		if bells != nil {
+			sb.WriteString(bells[i]) // "baton:" and hex digits only
+		}
+		sb.WriteString(`"]`)
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+// parseOut splits a batch result "i,f1,f2…;…" into its integer fields.
+func parseOut(out string, fields int, each func(i int, f []int64) error) error {
+	for _, rec := range strings.Split(out, ";") {
+		if rec == "" {
+			continue
+		}
+		parts := strings.Split(rec, ",")
+		if len(parts) != fields+1 {
+			return fmt.Errorf("malformed result %q", rec)
+		}
+		i, err := strconv.Atoi(parts[0])
+		if err != nil {
+			return fmt.Errorf("malformed result %q", rec)
+		}
+		f := make([]int64, fields)
+		for k := range f {
+			if f[k], err = strconv.ParseInt(parts[k+1], 10, 64); err != nil {
+				return fmt.Errorf("malformed result %q", rec)
+			}
+		}
+		if err := each(i, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Renew implements driver.Store.
+func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]*driver.Grant, len(holds))
+	if len(holds) == 0 {
+		return out, nil
+	}
+	arg := holdsJSON(holds)
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	err := retry(ctx, func() error {
+		clear(out)
+		var res string
+		if err := s.st.renew.QueryRowContext(cctx, arg).Scan(&res); err != nil {
+			return err
+		}
+		return parseOut(res, 4, func(i int, f []int64) error {
+			if i < 1 || i > len(out) {
+				return fmt.Errorf("renew: entry %d out of range", i)
+			}
+			out[i-1] = &driver.Grant{Token: uint64(f[0]), Created: usTime(f[1]), Renewed: usTime(f[2]), Expires: usTime(f[3])}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, wrap("renew", err)
+	}
+	// A hold that is gone needs its bell no more.
+	var gone []string
+	for i, g := range out {
+		if g == nil {
+			gone = append(gone, s.bellName(holds[i].Name, holds[i].Owner))
+		}
+	}
+	s.bells.drop(gone...)
+	return out, nil
+}
+
+// Release implements driver.Store.
+func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	bs := make([]string, len(keys))
+	for i, k := range keys {
+		bs[i] = s.bellName(k.Name, k.Owner)
+	}
+	arg := func(bells []string) string { return keysJSON(keys, bells) }
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	err := retry(ctx, func() error {
+		clear(out)
+		res, ok, err := s.bells.releaseCall(cctx, bs, "CALL "+s.obj.release+"(?)", arg)
+		if !ok {
+			err = s.st.release.QueryRowContext(cctx, arg(nil)).Scan(&res)
+		}
+		if err != nil {
+			return err
+		}
+		return parseOut(res, 1, func(i int, f []int64) error {
+			if i < 1 || i > len(out) {
+				return fmt.Errorf("release: entry %d out of range", i)
+			}
+			out[i-1] = out[i-1] || f[0] == 1
+			return nil
+		})
+	})
+	// The entries are gone (or the call failed, and they will expire):
+	// ring the bells that the procedure did not.
+	for _, k := range keys {
+		s.clearBlocker(k)
+	}
+	s.bells.drop(bs...)
+	if err != nil {
+		return nil, wrap("release", err)
+	}
+	return out, nil
+}
+
+// List implements driver.Store. It honours f.Name, f.Prefix and f.Owner.
+func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		f = &driver.Filter{}
+	}
+	var st *sql.Stmt
+	var args []any
+	x := func(s string) string { return hex.EncodeToString([]byte(s)) }
+	switch {
+	case f.Name != "":
+		st, args = s.st.listName, []any{x(f.Name)}
+	case f.Owner != "":
+		st, args = s.st.listOwner, []any{x(f.Owner)}
+	case f.Prefix != "":
+		st, args = s.st.listPrefix, []any{x(f.Prefix), x(f.Prefix) + "ff"}
+	default:
+		st = s.st.listAll
+	}
+	var out []driver.Holder
+	err := retry(ctx, func() error {
+		out = out[:0]
+		rows, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h holderRow
+			if err := rows.Scan(&h.name, &h.owner, &h.queued, &h.mode, &h.limit, &h.token, &h.host, &h.meta,
+				&h.ttl, &h.created, &h.renewed, &h.expires, &h.now); err != nil {
+				return err
+			}
+			hd, err := h.holder()
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(hd.Name, f.Prefix) && (f.Name == "" || hd.Name == f.Name) && (f.Owner == "" || hd.Owner == f.Owner) {
+				out = append(out, hd)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	return out, nil
+}
+
+// Purge implements driver.Store.
+func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var out []driver.Holder
+	err := retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.db.QueryContext(ctx, s.st.purge)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for {
+			for rows.Next() {
+				var h holderRow
+				if err := rows.Scan(&h.name, &h.owner, &h.mode, &h.limit, &h.token, &h.host, &h.meta,
+					&h.ttl, &h.created, &h.renewed, &h.expires, &h.now); err != nil {
+					return err
+				}
+				hd, err := h.holder()
+				if err != nil {
+					return err
+				}
+				out = append(out, hd)
+			}
+			if !rows.NextResultSet() {
+				break
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap("purge", err)
+	}
+	return out, nil
+}
+
+type holderRow struct {
+	name, owner, host, meta        []byte
+	queued, mode                   int8
+	limit                          int32
+	token                          uint64
+	ttl                            int64
+	created, renewed, expires, now int64
+}
+
+func (h *holderRow) holder() (driver.Holder, error) {
+	out := driver.Holder{
+		Name: string(h.name), Owner: string(h.owner), Mode: driver.Mode(h.mode), Limit: int(h.limit),
+		Queued: h.queued == 1, Host: string(h.host), TTL: time.Duration(h.ttl),
+		Created: usTime(h.created), Renewed: usTime(h.renewed), Expires: usTime(h.expires),
+		Left: time.Duration(h.expires-h.now) * time.Microsecond,
+	}
+	if !out.Queued {
+		out.Token = h.token
+	}
+	if len(h.meta) > 0 {
+		if err := json.Unmarshal(h.meta, &out.Meta); err != nil {
+			return out, fmt.Errorf("metadata of %q: %w", out.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// Close releases the store's bells and connections and, for a store made
+// by Open, closes its pool. A pool given to New stays open. Waits in
+// progress end.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		// Let a setup in progress finish (it then finds the store closed
+		// next time), so that its statements are closed below.
+		s.initSem <- struct{}{}
+		defer func() { <-s.initSem }()
+		s.mu.Lock()
+		ws := make([]*watch, 0, len(s.watches))
+		for _, w := range s.watches {
+			ws = append(ws, w)
+		}
+		s.mu.Unlock()
+		for _, w := range ws {
+			w.Close()
+		}
+		s.bells.close()
+		s.st.close()
+		if s.ownDB {
+			s.db.Close()
+		}
+	})
+	return nil
+}
+
+// bellName is the GET_LOCK name of the entry (name, owner): a hash, since
+// GET_LOCK names are limited to 64 characters and are server-wide.
+func (s *Store) bellName(name, owner string) string {
+	return "baton:" + hash(s.srv.dbName, s.opts.Table, name, owner)
+}

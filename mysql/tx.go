@@ -1,0 +1,173 @@
+package mysql
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+)
+
+const (
+	// txReserveTTL bounds how long the hold through which InTx waited its
+	// turn outlives a process that dies between the grant and its
+	// transaction's first statement (two round trips), or whose rollback
+	// could not be followed by a release.
+	txReserveTTL = 15 * time.Second
+	// txMaxPoll and txQueueTTL are InTx's fallback poll and queue entry
+	// TTL, as baton's defaults for Lock.
+	txMaxPoll  = 500 * time.Millisecond
+	txQueueTTL = 10 * txMaxPoll
+)
+
+// ErrTxLockLost is returned by InTx in the unlikely case that the hold it
+// was granted expired before its transaction could take the name (more than
+// 15 seconds between the two).
+var ErrTxLockLost = errors.New("mysql: the lock expired before the transaction could take it")
+
+// InTx runs fn in a database transaction that holds the lock name: no lease
+// is granted on name, and no other InTx runs on it, from before fn is
+// called until the transaction ends. fn receives the transaction and a
+// fencing token from the name's counter, larger than every token handed
+// out for name before (to leases or transactions). If fn returns nil the
+// transaction commits, otherwise it rolls back and InTx returns fn's error;
+// either way the lock is free once InTx returns. fn must neither commit nor
+// roll back tx itself, nor use it after returning.
+//
+// InTx waits its turn as an exclusive Lock does: in the name's FIFO queue
+// (so shared holders cannot starve it), woken by the bell of the entry
+// ahead, until ctx ends. Once granted, it begins a transaction (at the
+// session's isolation level) whose first statement takes the name's
+// counters row with SELECT … FOR UPDATE and drops the hold it was granted:
+// from then on the row lock keeps every other grant out until commit or
+// rollback. While fn runs, acquires of name by others (TryLock included)
+// wait in the database for the transaction to end, each holding a
+// connection of its pool, up to innodb_lock_wait_timeout (50s by default),
+// after which they report the lock as taken. The token was committed,
+// durably, before fn runs, so it is never handed out again, even if the
+// transaction rolls back.
+//
+// Status shows the transaction as a holder of name whose owner starts with
+// "tx-" until it ends.
+func (s *Store) InTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx, token uint64) error) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if fn == nil {
+		return errors.New("mysql: InTx: fn is nil")
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	req := &driver.Request{
+		Name: name, Owner: "tx-" + rand.Text(), Mode: driver.Exclusive, TTL: txReserveTTL,
+		Queue: true, QueueTTL: txQueueTTL, Host: host,
+	}
+	key := []driver.Key{{Name: name, Owner: req.Owner}}
+	abandon := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = s.Release(rctx, key)
+	}
+	rollback := func(tx *sql.Tx) {
+		_ = tx.Rollback()
+		abandon() // the rollback brought the grant back
+	}
+	g, err := s.waitTurn(ctx, req)
+	if err != nil {
+		abandon()
+		return err
+	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		abandon()
+		return wrap("begin transaction", err)
+	}
+	done := false
+	defer func() {
+		if !done { // fn panicked
+			rollback(tx)
+		}
+	}()
+	var ok int64
+	if err := tx.StmtContext(ctx, s.st.bind).QueryRowContext(ctx, name, req.Owner, g.Token).Scan(&ok); err != nil || ok != 1 {
+		done = true
+		rollback(tx)
+		if err != nil {
+			return wrap("lock in transaction", err)
+		}
+		return ErrTxLockLost
+	}
+	ferr := fn(ctx, tx, g.Token)
+	done = true
+	if ferr != nil {
+		rollback(tx)
+		return ferr
+	}
+	if err := tx.Commit(); err != nil {
+		abandon()
+		return wrap("commit", err)
+	}
+	// The hold left with the commit: ring its bell.
+	s.bells.drop(s.bellName(name, req.Owner))
+	return nil
+}
+
+// waitTurn acquires req, waiting as baton's Lock does.
+func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	w, err := s.Watch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	for {
+		g, err := s.Acquire(ctx, req)
+		if err == nil {
+			return g, nil
+		}
+		var busy *driver.Busy
+		if !errors.As(err, &busy) {
+			return nil, err
+		}
+		d := txMaxPoll
+		if busy.After > 0 && busy.After < d {
+			d = busy.After
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		_ = w.Wait(wctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.closed.Load() {
+			return nil, ErrClosed
+		}
+	}
+}
+
+// checkName applies baton's rules for lock names.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("mysql: %w: lock name is empty", baton.ErrInvalid)
+	case len(name) > baton.MaxNameLen:
+		return fmt.Errorf("mysql: %w: lock name %.40q… is %d bytes, longer than %d", baton.ErrInvalid, name, len(name), baton.MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("mysql: %w: lock name %q is not valid UTF-8", baton.ErrInvalid, name)
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return fmt.Errorf("mysql: %w: lock name %q has a control or non-printing character %U", baton.ErrInvalid, name, r)
+		}
+	}
+	return nil
+}
