@@ -33,6 +33,19 @@ func Register(scheme string, open Opener) {
 	openers[scheme] = open
 }
 
+// Schemes returns the URL schemes of the stores this program can open,
+// sorted (database/sql's Drivers).
+func Schemes() []string {
+	openersMu.RLock()
+	defer openersMu.RUnlock()
+	known := make([]string, 0, len(openers))
+	for s := range openers {
+		known = append(known, s)
+	}
+	slices.Sort(known)
+	return known
+}
+
 func init() {
 	Register("mem", func(_ context.Context, u *url.URL) (driver.Store, error) {
 		return mem.OpenURL(u)
@@ -54,15 +67,10 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	}
 	openersMu.RLock()
 	open := openers[strings.ToLower(u.Scheme)]
-	known := make([]string, 0, len(openers))
-	for s := range openers {
-		known = append(known, s)
-	}
 	openersMu.RUnlock()
 	if open == nil {
-		slices.Sort(known)
 		return nil, fmt.Errorf("%w %q in %q: known schemes are %s (import a store's package to add its scheme)",
-			ErrUnknownStore, u.Scheme, u.Redacted(), strings.Join(known, ", "))
+			ErrUnknownStore, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
 	}
 	st, err := open(ctx, u)
 	if err != nil {

@@ -1,6 +1,6 @@
 module github.com/baton-go/baton/cmd/baton
 
-go 1.24
+go 1.24.0
 
 require (
 	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
@@ -9,6 +9,21 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.8.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.2 // indirect
+	golang.org/x/sync v0.17.0 // indirect
+	golang.org/x/text v0.29.0 // indirect
+)
+
+require (
+	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -26,3 +41,9 @@ replace (
 	github.com/baton-go/baton => ../..
 	github.com/baton-go/baton/sqlite => ../../sqlite
 )
+
+replace github.com/baton-go/baton/mysql => ../../mysql
+
+replace github.com/baton-go/baton/postgres => ../../postgres
+
+replace github.com/baton-go/baton/zookeeper => ../../zookeeper

@@ -287,7 +287,7 @@ func openFailed(err error, raw, from string) int {
 		if u, perr := url.Parse(raw); perr == nil {
 			scheme = u.Scheme
 		}
-		return fail(exitError, "unknown store %q in %s %q: this baton knows sqlite:///PATH/FILE.db (and mem://, private to one process)", scheme, from, redact(raw))
+		return fail(exitError, "unknown store %q in %s %q: this baton knows %s (mem:// is private to one process)", scheme, from, redact(raw), strings.Join(baton.Schemes(), ", "))
 	}
 	if errors.Is(err, baton.ErrInvalid) {
 		return fail(exitError, "%s (from %s)", errText(err), from)

@@ -1,4 +1,11 @@
 package main
 
-// The stores baton knows, besides mem://. SQLite is the default.
-import _ "github.com/baton-go/baton/sqlite"
+// The stores baton knows, besides mem://. SQLite is the default. The tool
+// takes every store; a program that imports baton takes only those it
+// imports.
+import (
+	_ "github.com/baton-go/baton/mysql"
+	_ "github.com/baton-go/baton/postgres"
+	_ "github.com/baton-go/baton/sqlite"
+	_ "github.com/baton-go/baton/zookeeper"
+)
