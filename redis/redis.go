@@ -1,0 +1,815 @@
+// Package redis is baton's Redis store, on go-redis v9. Import it for its
+// URL schemes:
+//
+//	import _ "github.com/baton-go/baton/redis"
+//
+//	client, err := baton.Open(ctx, "redis://:password@10.0.0.5:6379/0", nil)
+//
+// or build a store over a go-redis client you own with [New] (the only way
+// to use Sentinel or Cluster) and pass it to baton.New:
+//
+//	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "locks", SentinelAddrs: addrs})
+//	client, err := baton.New(batonredis.New(rdb, nil), nil)
+//
+//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+//	client, err := baton.New(batonredis.New(rdb, nil), nil)
+//
+// It needs Redis 5 or later (it is tested with Redis 7.0), or a server that
+// runs Redis's Lua scripts with the same libraries (cmsgpack), TIME and
+// writes after TIME in scripts (replication of scripts by their effects).
+//
+// # URL
+//
+//	redis://[[user]:password@]host[:port][/db][?option=value&…]
+//	rediss://…   the same over TLS
+//
+// The URL is parsed by go-redis's ParseURL, so user, password, database and
+// TLS come from it, and its query options (dial_timeout, pool_size, …) work.
+// Three more options set [Options]: prefix (Prefix), linger (Linger, a Go
+// duration) and max_waiters (MaxWaiters); context_timeout_enabled (a
+// boolean, true unless the URL says otherwise) sets go-redis's
+// ContextTimeoutEnabled, so that the deadlines of baton's calls bound their
+// network I/O. A store opened from a URL owns its go-redis client, and
+// checks the server with PING.
+//
+// # Keys
+//
+// Every key of a lock name starts with "<prefix>:{<tag>}:", where the tag
+// is 32 hex digits of the SHA-256 of the name: names may hold any bytes,
+// braces included, and the keys of one name always share a cluster hash
+// slot. The name itself is kept in the state, so that listings report it.
+//
+//	<prefix>:{<tag>}:s          the name's holders and queue (MessagePack), while anyone holds or waits
+//	<prefix>:{<tag>}:c          the name's fencing counter (INCR)
+//	<prefix>:{<tag>}:w:<owner>  the wake-up mailbox of a queued owner (a list of one item)
+//
+// The state key expires Linger after its last holder or queue entry would
+// have expired, and is deleted when the last one is released, so that names
+// nobody uses any more clean themselves up. Mailboxes expire after their
+// owner's queue TTL. The counter never expires and Purge never deletes it,
+// so that tokens keep growing: every name ever locked costs one small key
+// (a string of ~50 bytes plus Redis's per-key overhead, about 100 bytes in
+// all) for as long as the database lives. Use a Prefix per application, and
+// delete "<prefix>:*" yourself only when no one will use those locks again.
+//
+// Run Redis with maxmemory-policy noeviction or a volatile-* policy: an
+// allkeys-* policy may evict a counter (tokens then start over) or a state
+// (its holders vanish, and someone else is granted the lock at once).
+//
+// # Scripts and time
+//
+// Acquire, Renew, Release, List and Purge are each one Lua script (EVALSHA,
+// falling back to EVAL when the server does not have it cached), so each is
+// one atomic decision and one round trip. The scripts apply the grant rules
+// of package lockstate: expired holders and queue entries are dropped
+// first; an owner that holds the name re-acquires it, keeping its token;
+// exclusive requests need no holders and nobody queued ahead; shared ones
+// no exclusive holder, no exclusive request queued ahead and, with a limit
+// L, fewer than L holders and shared requests ahead; a waiting request
+// keeps its FIFO place, refreshed once half its queue TTL is used. A batch
+// of Renew or Release whose names fall in several cluster slots runs one
+// script per slot, pipelined, still one round trip. List and Purge without
+// a name SCAN the keyspace (every master of a cluster) for state keys of
+// the prefix, then read them with one script per slot and per 256 names,
+// pipelined: their cost grows with the size of the database, not just with
+// the number of locks.
+//
+// Expiry is judged by the clock of the Redis server (TIME, read inside the
+// scripts, which Redis replicates by their effects), never by the clients'.
+// After a failover the new master's clock takes over: if it is behind the
+// old one, holds last longer; if it is ahead, they end sooner, by the
+// difference. Keep the servers' clocks synchronised (NTP).
+//
+// # Waking waiters
+//
+// The store implements driver.Waiter with mailboxes: whenever a script
+// removes a holder or queue entry (release, expiry noticed, purge), it
+// pushes a token into the mailbox list of each queued owner that may now be
+// granted (the head of the queue, or the run of shared requests at its head
+// that fit), and a waiting Lock blocks in BLPOP on its own mailbox until
+// then. Only the waiters that can win are woken, in FIFO order: no
+// thundering herd, no polling. A token stays in the list until its owner
+// takes it, so a wake-up that comes between an attempt and the next wait is
+// not lost. Pub/sub (sharded or not) would lose it, unless every waiter
+// subscribed before its first attempt, at the cost of a round trip and of a
+// connection per waiter, and it delivers every message to every
+// subscriber of a channel. A hold that expires without a script noticing
+// wakes nobody: baton tries again on its own when the store's Busy reply
+// said the first holder would expire.
+//
+// The waiter sends its BLPOP in one pipeline with the server's TIME before
+// it and its next attempt after it, which the server runs as soon as the
+// BLPOP returns: a hand-off from a releasing holder to the next waiter
+// costs the release and one reply, with no round trip of the waiter's own.
+// That attempt changes nothing unless its owner is still queued (so one
+// that arrives after the Lock ended is harmless; closing the watch takes
+// the owner out of the queue and unblocks the BLPOP). The grant it may
+// bring is kept for baton's next Acquire call, which returns it at once,
+// but only when that is provably safe: baton counts a lease from the moment
+// it calls Acquire, later than the moment the server granted it, so such a
+// grant lasts a little longer in the store than its TTL (1/20 of it, at
+// most 50ms), and it is handed out only if the time between the pipeline's
+// sending and the Acquire call, less the time the server says the BLPOP
+// blocked (taken 1% short, for clocks running at different rates), fits in
+// that extra time. Otherwise Acquire asks the server again, which extends
+// the hold and counts its TTL anew.
+//
+// A blocked BLPOP holds a connection of the go-redis pool, and blocks for
+// at most two seconds (less if the client's read timeout is under 2.7s;
+// fractions of a second need Redis 6). At most Options.MaxWaiters of them
+// block at once per Store (half the pool by default), so that renewals
+// always find a connection; further waiters wait for a turn, and find their
+// token then, up to two seconds late. A BLPOP outlives the Wait that sent
+// it, so that a token it takes is handed to the next Wait.
+//
+// A waiting Lock therefore costs, per hand-off, its first attempt (which
+// joins the queue), the attempt baton makes right after starting the watch
+// (answered from a short header of the state, without unpacking it, when
+// nothing changed since the first), and one pipeline that blocks.
+//
+// # Failover, and what it can break
+//
+// Redis replicates asynchronously. When a master fails and a replica is
+// promoted (by Sentinel, by Cluster, or by hand), writes the master
+// acknowledged but had not yet sent to that replica are lost. For locks
+// this means:
+//
+//   - A grant can be lost: its holder believes it holds the lock, and the
+//     new master grants it to someone else at once. Two holders overlap
+//     until the first one's next renewal fails (at most a third of its TTL,
+//     plus its renewal's timeout), or until its lease ends.
+//   - A counter increment can be lost with it: the new master hands out
+//     again a fencing token that the lost grant already carried. Fencing
+//     tokens protect a resource from an overlapping holder only if the
+//     counter survived the failover; after a lost increment, two holders can
+//     carry the same token, and the resource cannot tell them apart.
+//   - A release can be lost: the lock stays held until its TTL runs out.
+//
+// WAIT (after each grant) and min-replicas-to-write / min-replicas-max-lag
+// make such a loss less likely, not impossible: WAIT does not roll back a
+// write that timed out, and Sentinel or Cluster may still promote a replica
+// that is behind. Persistence does not help a promoted replica. A server
+// restarted without persistence has lost every counter, and every token
+// starts over at 1; with appendfsync everysec, the last second of grants
+// and counters can be lost in a crash. The counter is safe only with
+// appendonly yes and appendfsync always, and no failover (or one that
+// never promotes a replica behind the master). When locks must survive
+// failures of the store, use a store that replicates synchronously (etcd,
+// ZooKeeper, PostgreSQL with synchronous replication). This package does
+// not implement Redlock (locking a majority of independent masters): it
+// keeps no counter that survives the failure of a master either, and adds
+// timing assumptions of its own.
+//
+// # Cluster and Sentinel
+//
+// Use New with a go-redis ClusterClient or FailoverClient. All keys of a
+// lock name share a hash slot, so every script runs on one node; batches are
+// split per slot. Scripts write a waiter's mailbox key without declaring it,
+// which Redis allows for keys of the slot the script runs in. List and
+// Purge SCAN every master. With a Ring (client-side sharding), batches are
+// split per name. A Prefix containing braces would put every lock in one
+// slot (it still works, on one node). The tests run the conformance suite
+// through a ClusterClient on a three-master cluster and through a Ring of
+// two servers, all started by the tests; Sentinel is not tested (a
+// FailoverClient is a *redis.Client, which this package treats as one
+// server).
+//
+// Two names whose tags collide (a chance of 2⁻¹²⁸ per pair) would share
+// their keys: Acquire refuses the second with an error instead.
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+)
+
+func init() {
+	for _, scheme := range []string{"redis", "rediss"} {
+		baton.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
+			return Open(ctx, u.String(), nil)
+		})
+	}
+}
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "baton"
+
+// DefaultLinger is used when Options.Linger is zero.
+const DefaultLinger = time.Minute
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Prefix starts every key (DefaultPrefix if empty). Stores with
+	// different prefixes on one database are independent.
+	Prefix string
+	// Linger is how long the state of a name outlives its last holder's
+	// or waiter's expiry, so that List (with Filter.Expired) and Purge can
+	// still report holders that died without releasing. DefaultLinger if
+	// zero; a negative Linger keeps nothing past the expiry.
+	Linger time.Duration
+	// MaxWaiters bounds the BLPOPs this store keeps blocked at once, each
+	// on a connection of the go-redis pool (half the pool size if zero).
+	MaxWaiters int
+}
+
+// ErrClosed is returned by a Store's methods after Close.
+var ErrClosed = errors.New("redis: store is closed")
+
+// Store is a lock store in one Redis database (or cluster). It is safe for
+// concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	owned  bool
+	prefix string
+	linger int64 // ms
+
+	sem  chan struct{} // one token per blocked BLPOP
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	blockArg string // BLPOP's timeout argument
+
+	mu         sync.Mutex
+	closed     bool
+	blocked    map[*watch]struct{} // watches with a pipeline in flight
+	prefetched map[*driver.Request]*prefetch
+	refused    map[*driver.Request]refusal
+}
+
+// New returns a store over rdb: a *redis.Client (single server, or a
+// Sentinel-backed FailoverClient), a *redis.ClusterClient or a *redis.Ring.
+// The caller owns rdb: Close leaves it open. Set ContextTimeoutEnabled in
+// rdb's options so that the deadlines baton gives its calls (a renewal must
+// not outlast the lease) bound their network I/O.
+func New(rdb redis.UniversalClient, opts *Options) *Store {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	switch {
+	case o.Linger == 0:
+		o.Linger = DefaultLinger
+	case o.Linger < 0:
+		o.Linger = 0
+	}
+	if o.MaxWaiters <= 0 {
+		o.MaxWaiters = max(poolSize(rdb)/2, 1)
+	}
+	s := &Store{
+		rdb:        rdb,
+		prefix:     o.Prefix,
+		linger:     o.Linger.Milliseconds(),
+		sem:        make(chan struct{}, o.MaxWaiters),
+		done:       make(chan struct{}),
+		blockArg:   blockArg(rdb),
+		blocked:    map[*watch]struct{}{},
+		prefetched: map[*driver.Request]*prefetch{},
+		refused:    map[*driver.Request]refusal{},
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	return s
+}
+
+// poolSize is the size of rdb's connection pool (per node, for clusters).
+func poolSize(rdb redis.UniversalClient) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize
+	case *redis.Ring:
+		return c.Options().PoolSize
+	}
+	return 10
+}
+
+// Open connects to the Redis server at rawURL (see the package
+// documentation) and returns a store that owns its client. Options given in
+// the URL apply where opts leaves the field zero.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	ropts, o, err := parseURL(rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(ropts)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis: %s: %w", ropts.Addr, err)
+	}
+	s := New(rdb, o)
+	s.owned = true
+	return s, nil
+}
+
+// parseURL splits rawURL into go-redis options and ours.
+func parseURL(rawURL string, opts *Options) (*redis.Options, *Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a password
+		}
+		return nil, nil, fmt.Errorf("redis: invalid URL: %w", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, nil, fmt.Errorf("redis: URL scheme %q is not redis or rediss", u.Scheme)
+	}
+	q := u.Query()
+	if q.Has("prefix") {
+		if o.Prefix == "" {
+			o.Prefix = q.Get("prefix")
+		}
+		q.Del("prefix")
+	}
+	if q.Has("linger") {
+		d, err := time.ParseDuration(q.Get("linger"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis: URL option linger: %w", err)
+		}
+		if o.Linger == 0 {
+			o.Linger = d
+		}
+		q.Del("linger")
+	}
+	if q.Has("max_waiters") {
+		n, err := strconv.Atoi(q.Get("max_waiters"))
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("redis: URL option max_waiters %q is not a count", q.Get("max_waiters"))
+		}
+		if o.MaxWaiters == 0 {
+			o.MaxWaiters = n
+		}
+		q.Del("max_waiters")
+	}
+	ctxTimeout := true
+	if q.Has("context_timeout_enabled") {
+		b, err := strconv.ParseBool(q.Get("context_timeout_enabled"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis: URL option context_timeout_enabled %q is not a boolean", q.Get("context_timeout_enabled"))
+		}
+		ctxTimeout = b
+		q.Del("context_timeout_enabled")
+	}
+	u.RawQuery = q.Encode()
+	ropts, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	ropts.ContextTimeoutEnabled = ctxTimeout
+	return ropts, &o, nil
+}
+
+// Client returns the go-redis client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Prefix returns the key prefix of the store.
+func (s *Store) Prefix() string { return s.prefix }
+
+func (s *Store) check() error {
+	select {
+	case <-s.done:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// micros converts d to whole microseconds, rounding up.
+func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+
+func usTime(v int64) time.Time { return time.UnixMicro(v) }
+
+// info is what the scripts store, opaque, with each entry.
+type info struct {
+	Host string            `json:"h,omitempty"`
+	Meta map[string]string `json:"m,omitempty"`
+}
+
+func encodeInfo(host string, meta map[string]string) (string, error) {
+	if len(meta) == 0 && host == "" {
+		return "", nil
+	}
+	b, err := json.Marshal(info{host, meta})
+	return string(b), err
+}
+
+func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	in, err := encodeInfo(req.Host, req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	queue := "0"
+	if req.Queue {
+		queue = "1"
+	}
+	p, last := s.takeRequest(req)
+	if p != nil {
+		return p.grant, nil
+	}
+	lastVer := ""
+	if last.ver != 0 {
+		lastVer = strconv.FormatInt(last.ver, 10)
+	}
+	b := s.base(req.Name)
+	v, err := acquireScript.Run(ctx, s.rdb, []string{b + "s", b + "c"},
+		req.Name, req.Owner, int(req.Mode), req.Limit, micros(req.TTL),
+		queue, micros(req.QueueTTL), in, s.linger, "0", 0, lastVer, last.qexp).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: acquire: %w", err)
+	}
+	switch {
+	case len(v) == 6 && v[0] == 1:
+		return &driver.Grant{Token: uint64(v[1]), Created: usTime(v[2]), Renewed: usTime(v[3]),
+			Expires: usTime(v[4]), Extended: v[5] == 1}, nil
+	case len(v) == 4 && v[0] == 0:
+		if req.Queue {
+			s.mu.Lock()
+			s.refused[req] = refusal{ver: v[2], qexp: v[3], at: time.Now(), req: *req}
+			if len(s.refused) > 1024 {
+				for r, x := range s.refused {
+					if time.Since(x.at) > time.Minute {
+						delete(s.refused, r)
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		return nil, &driver.Busy{After: time.Duration(v[1]) * time.Microsecond}
+	case len(v) == 1 && v[0] == -1:
+		return nil, driver.ErrModeConflict
+	}
+	return nil, fmt.Errorf("redis: acquire: unexpected reply %v", v)
+}
+
+// refusal is what the store remembers of a waiting request's last refusal:
+// the state's version then, and the expiry of the request's queue entry.
+// The next attempt sends them, and the server refuses it again without
+// unpacking the state if that version is still current and nothing expired.
+type refusal struct {
+	ver, qexp int64
+	at        time.Time
+	req       driver.Request // as it was then
+}
+
+// same reports whether req asks for what it asked for when refused.
+func (r *refusal) same(req *driver.Request) bool {
+	return r.req.Name == req.Name && r.req.Owner == req.Owner && r.req.Mode == req.Mode &&
+		r.req.Limit == req.Limit && r.req.QueueTTL == req.QueueTTL && r.req.Queue == req.Queue
+}
+
+// takeRequest returns the grant a waiting watch of req obtained, if it may
+// be used now (see watch.go), else what the store remembers of req's last
+// refusal; it forgets both.
+func (s *Store) takeRequest(req *driver.Request) (*prefetch, refusal) {
+	now := time.Now()
+	s.mu.Lock()
+	p := s.prefetched[req]
+	last := s.refused[req]
+	delete(s.prefetched, req)
+	delete(s.refused, req)
+	s.mu.Unlock()
+	if p != nil && !p.usable(now) {
+		p = nil
+	}
+	if !last.same(req) {
+		last = refusal{}
+	}
+	return p, last
+}
+
+// call is one script call of a batch.
+type call struct {
+	idx  []int // positions in the caller's batch
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// maxKeys bounds the keys of one script call, so that a listing or purge
+// of many names does not stop the server for long at a time.
+const maxKeys = 256
+
+// batch makes one call per group of keys that can run together (at most
+// maxKeys of them), each with common followed by item(i) for every key i
+// of the group.
+func (s *Store) batch(keys []string, common []any, item func(i int) []any) []*call {
+	var calls []*call
+	var groups [][]int
+	for _, g := range s.groups(keys) {
+		for len(g) > maxKeys {
+			groups = append(groups, g[:maxKeys])
+			g = g[maxKeys:]
+		}
+		groups = append(groups, g)
+	}
+	for _, g := range groups {
+		c := &call{idx: g, keys: make([]string, len(g)), args: slices.Clone(common)}
+		for j, i := range g {
+			c.keys[j] = keys[i]
+			if item != nil {
+				c.args = append(c.args, item(i)...)
+			}
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// run runs script for every call: one call directly, several in one
+// pipeline (calls the server had no script for are sent again with EVAL).
+func (s *Store) run(ctx context.Context, script *redis.Script, calls []*call) error {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.cmd = script.Run(ctx, s.rdb, c.keys, c.args...)
+		return c.cmd.Err()
+	}
+	pipe := s.rdb.Pipeline()
+	for _, c := range calls {
+		c.cmd = script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, c := range calls {
+		err := c.cmd.Err()
+		if err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			c.cmd = script.Run(ctx, s.rdb, c.keys, c.args...)
+			err = c.cmd.Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]*driver.Grant, len(holds))
+	if len(holds) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(holds))
+	for i, h := range holds {
+		keys[i] = s.stateKey(h.Name)
+	}
+	calls := s.batch(keys, []any{s.linger}, func(i int) []any {
+		return []any{holds[i].Owner, micros(holds[i].TTL)}
+	})
+	if err := s.run(ctx, renewScript, calls); err != nil {
+		return nil, fmt.Errorf("redis: renew: %w", err)
+	}
+	for _, c := range calls {
+		rs, err := c.cmd.Slice()
+		if err != nil || len(rs) != len(c.idx) {
+			return nil, fmt.Errorf("redis: renew: unexpected reply %v (%v)", rs, err)
+		}
+		for j, r := range rs {
+			g, ok := r.([]any)
+			if !ok {
+				continue // not held
+			}
+			v, err := int64s(g, 4)
+			if err != nil {
+				return nil, fmt.Errorf("redis: renew: %w", err)
+			}
+			out[c.idx[j]] = &driver.Grant{Token: uint64(v[0]), Created: usTime(v[1]), Renewed: usTime(v[2]), Expires: usTime(v[3])}
+		}
+	}
+	return out, nil
+}
+
+func int64s(vs []any, n int) ([]int64, error) {
+	if len(vs) != n {
+		return nil, fmt.Errorf("unexpected reply %v", vs)
+	}
+	out := make([]int64, n)
+	for i, v := range vs {
+		x, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected reply %v", vs)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	sk := make([]string, len(keys))
+	for i, k := range keys {
+		sk[i] = s.stateKey(k.Name)
+	}
+	calls := s.batch(sk, []any{s.linger}, func(i int) []any { return []any{keys[i].Owner} })
+	if err := s.run(ctx, releaseScript, calls); err != nil {
+		return nil, fmt.Errorf("redis: release: %w", err)
+	}
+	for _, c := range calls {
+		rs, err := c.cmd.Int64Slice()
+		if err != nil || len(rs) != len(c.idx) {
+			return nil, fmt.Errorf("redis: release: unexpected reply %v (%v)", rs, err)
+		}
+		for j, r := range rs {
+			out[c.idx[j]] = r == 1
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var keys []string
+	if f.Name != "" {
+		keys = []string{s.stateKey(f.Name)}
+	} else {
+		var err error
+		if keys, err = s.scan(ctx); err != nil {
+			return nil, fmt.Errorf("redis: list: %w", err)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	queued := "0"
+	if f.Queued {
+		queued = "1"
+	}
+	calls := s.batch(keys, []any{f.Prefix, f.Owner, queued}, nil)
+	if err := s.run(ctx, listScript, calls); err != nil {
+		return nil, fmt.Errorf("redis: list: %w", err)
+	}
+	var out []driver.Holder
+	for _, c := range calls {
+		hs, err := holders(c.cmd)
+		if err != nil {
+			return nil, fmt.Errorf("redis: list: %w", err)
+		}
+		for _, h := range hs {
+			if f.Name == "" || h.Name == f.Name {
+				out = append(out, h)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	keys, err := s.scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: purge: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	calls := s.batch(keys, []any{s.linger}, nil)
+	if err := s.run(ctx, purgeScript, calls); err != nil {
+		return nil, fmt.Errorf("redis: purge: %w", err)
+	}
+	var out []driver.Holder
+	for _, c := range calls {
+		hs, err := holders(c.cmd)
+		if err != nil {
+			return nil, fmt.Errorf("redis: purge: %w", err)
+		}
+		out = append(out, hs...)
+	}
+	return out, nil
+}
+
+// holders decodes the reply of the list and purge scripts: the server's
+// time, then 11 fields per entry (see emit in the scripts).
+func holders(cmd *redis.Cmd) ([]driver.Holder, error) {
+	vs, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) == 0 || (len(vs)-1)%11 != 0 {
+		return nil, fmt.Errorf("unexpected reply of %d values", len(vs))
+	}
+	now, ok := vs[0].(int64)
+	if !ok {
+		return nil, fmt.Errorf("unexpected time %v", vs[0])
+	}
+	out := make([]driver.Holder, 0, (len(vs)-1)/11)
+	for e := vs[1:]; len(e) > 0; e = e[11:] {
+		name, ok1 := e[0].(string)
+		owner, ok2 := e[2].(string)
+		in, ok3 := e[10].(string)
+		n, err := int64s([]any{e[1], e[3], e[4], e[5], e[6], e[7], e[8], e[9]}, 8)
+		if !ok1 || !ok2 || !ok3 || err != nil {
+			return nil, fmt.Errorf("unexpected entry %v", e[:11])
+		}
+		h := driver.Holder{
+			Name: name, Owner: owner, Mode: driver.Mode(n[1]), Limit: int(n[2]), Queued: n[0] == 1,
+			TTL: time.Duration(n[4]) * time.Microsecond, Created: usTime(n[5]), Renewed: usTime(n[6]),
+			Expires: usTime(n[7]), Left: time.Duration(n[7]-now) * time.Microsecond,
+		}
+		if !h.Queued {
+			h.Token = uint64(n[3])
+		}
+		if in != "" {
+			var i info
+			if err := json.Unmarshal([]byte(in), &i); err != nil {
+				return nil, fmt.Errorf("entry of %q: %w", name, err)
+			}
+			h.Host, h.Meta = i.Host, i.Meta
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// scan returns the state keys of the prefix, from every master.
+func (s *Store) scan(ctx context.Context) ([]string, error) {
+	pattern := s.scanPattern()
+	var mu sync.Mutex
+	var keys []string
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			if k := it.Val(); s.isStateKey(k) {
+				mu.Lock()
+				keys = append(keys, k)
+				mu.Unlock()
+			}
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
+	default:
+		err = one(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(keys) // SCAN may return a key twice
+	return slices.Compact(keys), nil
+}
+
+// Close stops the store's waits and, for a store made by Open, closes its
+// client. It waits for the goroutines the store started.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	var ws []*watch
+	for w := range s.blocked {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	if len(ws) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.poke(ctx, ws)
+		cancel()
+	}
+	var err error
+	if s.owned {
+		err = s.rdb.Close() // breaks the connections of BLPOPs still blocked
+	}
+	s.wg.Wait()
+	s.stop()
+	return err
+}
