@@ -10,12 +10,15 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.8.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.2 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sync v0.17.0 // indirect
 	golang.org/x/text v0.29.0 // indirect
 )
@@ -23,6 +26,7 @@ require (
 require (
 	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
@@ -47,3 +51,5 @@ replace github.com/baton-go/baton/mysql => ../../mysql
 replace github.com/baton-go/baton/postgres => ../../postgres
 
 replace github.com/baton-go/baton/zookeeper => ../../zookeeper
+
+replace github.com/baton-go/baton/redis => ../../redis

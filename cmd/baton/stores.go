@@ -6,6 +6,7 @@ package main
 import (
 	_ "github.com/baton-go/baton/mysql"
 	_ "github.com/baton-go/baton/postgres"
+	_ "github.com/baton-go/baton/redis"
 	_ "github.com/baton-go/baton/sqlite"
 	_ "github.com/baton-go/baton/zookeeper"
 )
