@@ -231,3 +231,24 @@ func (b *Busy) Error() string { return ErrNotGranted.Error() }
 
 // Is makes errors.Is(b, ErrNotGranted) true.
 func (b *Busy) Is(target error) bool { return target == ErrNotGranted }
+
+// Retry calls f until it succeeds, fails with an error that retryable
+// rejects, has failed attempts times, or ctx ends, sleeping base, 2×base,
+// 4×base… in between; it returns f's last error. Stores use it for calls
+// that are safe to repeat and failed for a passing reason: a pooled
+// connection that a server restart broke, a deadlock.
+func Retry(ctx context.Context, attempts int, base time.Duration, retryable func(error) bool, f func() error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = f(); err == nil || attempt >= attempts || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(base << (attempt - 1))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}

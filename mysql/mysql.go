@@ -616,19 +616,7 @@ func (s *Store) begin(ctx context.Context) error {
 // store may be repeated safely: an acquire granted by a lost attempt is
 // extended by the next one, with the same token.
 func retry(ctx context.Context, f func() error) error {
-	var err error
-	for attempt := 0; ; attempt++ {
-		if err = f(); err == nil || attempt == 4 || !retryable(err) || ctx.Err() != nil {
-			return err
-		}
-		t := time.NewTimer(time.Duration(1<<attempt) * 5 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
-	}
+	return driver.Retry(ctx, 5, 5*time.Millisecond, retryable, f)
 }
 
 func retryable(err error) bool {
