@@ -144,7 +144,7 @@ func (c *Client) watchSession(s driver.Session) {
 		case <-c.ctx.Done():
 			return
 		}
-		err := fmt.Errorf("%w: store session ended: %v", ErrLeaseLost, s.Err())
+		err := fmt.Errorf("%w: store session ended: %w", ErrLeaseLost, s.Err())
 		c.mu.Lock()
 		var ls []*Lease
 		for _, l := range c.leases {

@@ -4,6 +4,7 @@ package main
 // takes every store; a program that imports baton takes only those it
 // imports.
 import (
+	_ "github.com/baton-go/baton/etcd"
 	_ "github.com/baton-go/baton/mysql"
 	_ "github.com/baton-go/baton/postgres"
 	_ "github.com/baton-go/baton/redis"

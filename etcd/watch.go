@@ -1,0 +1,193 @@
+package etcd
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton/driver"
+)
+
+// Watch returns a watch for a blocking acquire of req. It makes no call to
+// the server: each Wait watches the key that blocks the request then.
+func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	w := &watch{s: s, name: req.Name, key: s.key(req.Name, req.Owner)}
+	s.mu.Lock()
+	if p := s.pending[w.key]; p != nil {
+		p.watched = true
+	}
+	s.mu.Unlock()
+	return w, nil
+}
+
+type watch struct {
+	s    *Store
+	name string
+	key  string
+}
+
+func (w *watch) Close() error { return nil }
+
+// Wait returns when the request's blocker is gone (or its key is, or the
+// session ended), or when ctx ends.
+//
+// It finds the blocker in the keys last read (by the request's attempt,
+// or read now), watches it without a start revision (the server then
+// serves the watch as writes commit, not from its 100 ms catch-up loop),
+// waits for the watch's creation, and reads the keys again: a deletion
+// before that read shows in it, and one after it comes as an event. If the
+// blocker changed meanwhile, it watches the new one.
+func (w *watch) Wait(ctx context.Context) error {
+	s := w.s
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel) // Close ends the wait
+	defer stop()
+	var sessDone <-chan struct{}
+	if ss := s.currentSession(); ss != nil {
+		sessDone = ss.Done()
+	}
+
+	es, rev := w.snapshot()
+	if es == nil {
+		var err error
+		if es, rev, err = s.read(ctx, w.name); err != nil {
+			return err
+		}
+	}
+	for {
+		i := find(es, w.key)
+		if i < 0 {
+			return nil // no key: the next attempt makes one
+		}
+		granted, b := judge(es, i)
+		if granted {
+			return nil
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		opts := []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+		target := b.key
+		if target == "" {
+			target = s.nameRange(w.name)
+			opts = append(opts, clientv3.WithPrefix(), clientv3.WithPrevKV())
+		}
+		wch := s.cli.Watch(wctx, target, opts...)
+		wrev, ok := created(ctx, wch)
+		if !ok {
+			wcancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// No watch (no leader, or an old server): poll, the caller
+			// bounds the wait.
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		// The watch reports every change after revision wrev: a read at
+		// wrev or later misses nothing, and the keys in hand do if nothing
+		// happened since. Otherwise a serializable read (no raft round)
+		// is enough when its member has caught up that far.
+		es2, rev2 := es, rev
+		if wrev > rev {
+			var err error
+			if es2, rev2, err = s.readSince(ctx, w.name, wrev); err != nil {
+				wcancel()
+				return err
+			}
+		}
+		i = find(es2, w.key)
+		if i < 0 {
+			wcancel()
+			return nil
+		}
+		granted, b2 := judge(es2, i)
+		if granted {
+			wcancel()
+			return nil
+		}
+		if b2.key != b.key {
+			wcancel() // another blocker now: watch that one
+			es, rev = es2, rev2
+			continue
+		}
+		woke, err := block(ctx, wch, b2, rev2, es2[i].rev, sessDone)
+		wcancel()
+		if woke > 0 {
+			s.mu.Lock()
+			if p := s.pending[w.key]; p != nil {
+				p.woke = woke
+			}
+			s.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// snapshot takes the keys the request's last attempt read, if any, and
+// the revision they were read at.
+func (w *watch) snapshot() ([]entry, int64) {
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pending[w.key]; p != nil {
+		es := p.snap
+		p.snap = nil
+		return es, p.snapRev
+	}
+	return nil, 0
+}
+
+// created waits for the watch's creation and returns the revision it
+// started after; false if it failed.
+func created(ctx context.Context, wch clientv3.WatchChan) (int64, bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				return 0, false
+			}
+			if wr.Created {
+				return wr.Header.Revision, true
+			}
+		}
+	}
+}
+
+// block waits for the deletion of b's key, or for b.need deletions of keys
+// created before myRev, after revision rev. It returns the revision of the
+// deletion that unblocked the request (0 if something else ended the wait).
+func block(ctx context.Context, wch clientv3.WatchChan, b blocker, rev, myRev int64, sessDone <-chan struct{}) (int64, error) {
+	deleted := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-sessDone:
+			return 0, nil // our key goes with the session: try again
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				return 0, nil // the watch broke: let the caller try again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= rev {
+					continue
+				}
+				if b.key != "" {
+					return ev.Kv.ModRevision, nil
+				}
+				if ev.PrevKv == nil || ev.PrevKv.CreateRevision < myRev {
+					deleted++
+				}
+				if deleted >= b.need {
+					return ev.Kv.ModRevision, nil
+				}
+			}
+		}
+	}
+}
