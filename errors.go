@@ -52,8 +52,12 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// checkName accepts any printable UTF-8 up to MaxNameLen bytes: stores
-// escape names themselves, so "a/b", "../x" or "'; DROP" are fine.
+// CheckName reports whether name is a valid lock name: printable UTF-8 of
+// 1 to MaxNameLen bytes. Stores escape names themselves, so "a/b", "../x"
+// or "'; DROP" are fine. Client methods check names; this is for stores'
+// own entry points and for tools.
+func CheckName(name string) error { return checkName(name) }
+
 func checkName(name string) error {
 	switch {
 	case name == "":

@@ -5,11 +5,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
@@ -57,7 +54,7 @@ var ErrTxLockLost = errors.New("mysql: the lock expired before the transaction c
 // Status shows the transaction as a holder of name whose owner starts with
 // "tx-" until it ends.
 func (s *Store) InTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx, token uint64) error) error {
-	if err := checkName(name); err != nil {
+	if err := baton.CheckName(name); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -152,22 +149,4 @@ func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Gran
 			return nil, ErrClosed
 		}
 	}
-}
-
-// checkName applies baton's rules for lock names.
-func checkName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("mysql: %w: lock name is empty", baton.ErrInvalid)
-	case len(name) > baton.MaxNameLen:
-		return fmt.Errorf("mysql: %w: lock name %.40q… is %d bytes, longer than %d", baton.ErrInvalid, name, len(name), baton.MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("mysql: %w: lock name %q is not valid UTF-8", baton.ErrInvalid, name)
-	}
-	for _, r := range name {
-		if !unicode.IsPrint(r) && r != ' ' {
-			return fmt.Errorf("mysql: %w: lock name %q has a control or non-printing character %U", baton.ErrInvalid, name, r)
-		}
-	}
-	return nil
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"os"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 )
 
@@ -56,7 +54,7 @@ var ErrTxLockLost = errors.New("postgres: the lock expired before the transactio
 // Status shows the transaction as a holder of name whose owner starts with
 // "tx-", until its grant's TTL (15s) runs out.
 func (s *Store) InLockedTx(ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx, token uint64) error) error {
-	if err := checkName(name); err != nil {
+	if err := baton.CheckName(name); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -154,22 +152,4 @@ func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Gran
 			return nil, ErrClosed
 		}
 	}
-}
-
-// checkName applies baton's rules for lock names.
-func checkName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("postgres: lock name is empty")
-	case len(name) > 255:
-		return fmt.Errorf("postgres: lock name %.40q… is %d bytes, longer than 255", name, len(name))
-	case !utf8.ValidString(name):
-		return fmt.Errorf("postgres: lock name %q is not valid UTF-8", name)
-	}
-	for _, r := range name {
-		if !unicode.IsPrint(r) && r != ' ' {
-			return fmt.Errorf("postgres: lock name %q has a control or non-printing character %U", name, r)
-		}
-	}
-	return nil
 }
