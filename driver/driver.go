@@ -252,3 +252,31 @@ func Retry(ctx context.Context, attempts int, base time.Duration, retryable func
 		}
 	}
 }
+
+// AcquireWaiting acquires req through s, waiting on w between refused
+// attempts (at most maxPoll, or until the blocking hold expires), until it
+// is granted, s fails, or ctx ends. It is for a store's own blocking entry
+// points (the SQL stores' transactional modes); baton's Client has its own
+// loop, with retries and fairness bookkeeping.
+func AcquireWaiting(ctx context.Context, s Store, w Watch, req *Request, maxPoll time.Duration) (*Grant, error) {
+	for {
+		g, err := s.Acquire(ctx, req)
+		if err == nil {
+			return g, nil
+		}
+		var busy *Busy
+		if !errors.As(err, &busy) {
+			return nil, err
+		}
+		d := maxPoll
+		if busy.After > 0 && busy.After < d {
+			d = busy.After
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		_ = w.Wait(wctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}

@@ -126,27 +126,5 @@ func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Gran
 		return nil, err
 	}
 	defer w.Close()
-	for {
-		g, err := s.Acquire(ctx, req)
-		if err == nil {
-			return g, nil
-		}
-		var busy *driver.Busy
-		if !errors.As(err, &busy) {
-			return nil, err
-		}
-		d := txMaxPoll
-		if busy.After > 0 && busy.After < d {
-			d = busy.After
-		}
-		wctx, cancel := context.WithTimeout(ctx, d)
-		_ = w.Wait(wctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if s.closed.Load() {
-			return nil, ErrClosed
-		}
-	}
+	return driver.AcquireWaiting(ctx, s, w, req, txMaxPoll)
 }
