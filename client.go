@@ -281,13 +281,16 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		}
 		if !watched && c.waiter != nil {
 			// Refused once: start watching the store, then try again at once,
-			// which covers any change made before the watch began. An
-			// uncontended Lock thus costs one call and no watch. Without a
-			// watch the wait falls back to polling, which still works.
+			// which covers any change made before the watch began (unless the
+			// watch can replay those changes itself). An uncontended Lock
+			// thus costs one call and no watch. Without a watch the wait
+			// falls back to polling, which still works.
 			watched = true
 			if w, err := c.waiter.Watch(ctx, req); err == nil {
 				watch = w
-				continue
+				if r, ok := w.(driver.Replayer); !ok || !r.Replay(sent) {
+					continue
+				}
 			}
 		}
 		d := bo.next()

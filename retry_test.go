@@ -87,3 +87,37 @@ func TestKeepaliveBacksOffAfterFailures(t *testing.T) {
 		t.Errorf("%d renewals before the lease ended: keepalive spins on failure", n)
 	}
 }
+
+// A contended Lock on a store whose watch replays what it missed makes two
+// attempts: the refused one and the granted one, with no extra attempt
+// right after the watch starts.
+func TestContendedLockSkipsAttemptWhenWatchReplays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f := &flaky{Store: mem.New()}
+	c, _ := baton.New(f, nil)
+	defer c.Close()
+	holder, err := c.Lock(ctx, "replay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.owners = nil
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "replay", nil)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let the waiter be refused and wait
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.owners); n != 2 {
+		t.Errorf("contended Lock made %d attempts, want 2", n)
+	}
+}

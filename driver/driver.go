@@ -199,7 +199,8 @@ type Store interface {
 type Waiter interface {
 	// Watch starts observing req.Name on behalf of req. It is called at most
 	// once per blocking acquire, after its first refused attempt; the next
-	// attempt follows at once.
+	// attempt follows at once, unless the Watch is a Replayer that covers
+	// the refused attempt.
 	Watch(ctx context.Context, req *Request) (Watch, error)
 }
 
@@ -212,6 +213,17 @@ type Watch interface {
 	// return at once. Spurious returns are allowed.
 	Wait(ctx context.Context) error
 	Close() error
+}
+
+// Replayer is implemented by a Watch that also sees changes made before it
+// began, back to a moment of this process's clock: a listener that was
+// already connected then, a mailbox that keeps what was posted to it, a
+// doorbell whose state outlives the ring. If Replay(since) reports true,
+// Wait returns at once for any change made after since (the send time of
+// the refused attempt), and baton skips the attempt it otherwise makes
+// right after Watch: one store call fewer per contended acquire.
+type Replayer interface {
+	Replay(since time.Time) bool
 }
 
 // ErrNotGranted reports that a request was not granted because of other

@@ -25,7 +25,8 @@ type backend struct {
 
 type lock struct {
 	state   lockstate.State
-	changed chan struct{} // closed and replaced on every change
+	changed chan struct{} // closed and replaced when a hold or queue entry leaves
+	at      time.Time     // when that last happened (or l was created)
 }
 
 var (
@@ -72,18 +73,20 @@ func newBackend() *backend { return &backend{locks: map[string]*lock{}} }
 func (b *backend) get(name string) *lock {
 	l := b.locks[name]
 	if l == nil {
-		l = &lock{changed: make(chan struct{})}
+		l = &lock{changed: make(chan struct{}), at: time.Now()}
 		b.locks[name] = l
 	}
 	return l
 }
 
-// commit wakes watchers of l if its state changed. b.mu is held.
+// commit wakes watchers of l if a hold or queue entry left. b.mu is held.
 func (l *lock) commit() {
-	if l.state.Dirty {
-		l.state.Dirty = false
+	l.state.Dirty = false
+	if l.state.Freed {
+		l.state.Freed = false
 		close(l.changed)
 		l.changed = make(chan struct{})
+		l.at = time.Now()
 	}
 }
 
@@ -216,5 +219,18 @@ func (w *watch) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Replay implements driver.Replayer: the lock remembers when an entry
+// last left.
+func (w *watch) Replay(since time.Time) bool {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	if !w.l.at.Before(since) {
+		w.ch = closed
+	}
+	return true
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (w *watch) Close() error { return nil }

@@ -38,7 +38,20 @@ type hub struct {
 	closed  bool
 	listens int // successful LISTENs, for tests
 	wg      sync.WaitGroup
+
+	// listening is when the current listener connection began to listen
+	// (zero while none is), and heard when each name, and each name+"\n"+
+	// owner, was last notified since heardFrom: with them a new watch can
+	// replay a wake-up that came between its refused attempt and its
+	// start (see watch.Replay).
+	listening time.Time
+	heard     map[string]time.Time
+	heardFrom time.Time
 }
+
+// heardFor bounds how long the hub remembers a notification: the gap
+// between a refused attempt and the watch that follows it is far shorter.
+const heardFor = 2 * time.Second
 
 type topic struct {
 	refs   int
@@ -58,7 +71,7 @@ func newHub(cfg *pgx.ConnConfig, table string) *hub {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &hub{cfg: cfg, channel: table, topics: map[string]*topic{}}
+	return &hub{cfg: cfg, channel: table, topics: map[string]*topic{}, heard: map[string]time.Time{}}
 }
 
 func (h *hub) watch(name, owner string) (*watch, error) {
@@ -142,6 +155,7 @@ func (h *hub) deliver(payload string) {
 	name, rest, _ := strings.Cut(payload, "\n")
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.remember(name, rest)
 	t := h.topics[name]
 	if t == nil {
 		return
@@ -156,6 +170,29 @@ func (h *hub) deliver(payload string) {
 			close(o.ch)
 			o.ch = make(chan struct{})
 		}
+	}
+}
+
+// remember records a notification for watch.Replay. h.mu is held.
+func (h *hub) remember(name, owners string) {
+	now := time.Now()
+	if now.Sub(h.heardFrom) > 2*heardFor {
+		// Forget what is too old to matter, all at once: keeps the map
+		// small without a timer.
+		from := now.Add(-heardFor)
+		for k, at := range h.heard {
+			if at.Before(from) {
+				delete(h.heard, k)
+			}
+		}
+		h.heardFrom = from
+	}
+	if owners == "" {
+		h.heard[name] = now
+		return
+	}
+	for _, owner := range strings.Split(owners, "\n") {
+		h.heard[name+"\n"+owner] = now
 	}
 }
 
@@ -182,6 +219,7 @@ func (h *hub) run(ctx context.Context) {
 		if conn := h.connect(ctx); conn != nil {
 			h.mu.Lock()
 			h.listens++
+			h.listening = time.Now()
 			h.wakeAllLocked()
 			h.mu.Unlock()
 			delay = 50 * time.Millisecond
@@ -192,6 +230,9 @@ func (h *hub) run(ctx context.Context) {
 				}
 				h.deliver(n.Payload)
 			}
+			h.mu.Lock()
+			h.listening = time.Time{}
+			h.mu.Unlock()
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			conn.Close(cctx)
 			cancel()
@@ -252,6 +293,27 @@ func (w *watch) Wait(ctx context.Context) error {
 	w.h.mu.Unlock()
 	return nil
 }
+
+// Replay implements driver.Replayer. A release that could let the request
+// in commits after the refused attempt read the name's row (both hold its
+// row lock), so after since: if the listener was listening since before
+// then, its notification has been, or will be, heard.
+func (w *watch) Replay(since time.Time) bool {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.listening.IsZero() || !h.listening.Before(since) || !h.heardFrom.Before(since) {
+		return false
+	}
+	if at, ok := h.heard[w.name]; ok && !at.Before(since) {
+		w.all = closedChan
+	} else if at, ok := h.heard[w.name+"\n"+w.owner]; ok && !at.Before(since) {
+		w.all = closedChan
+	}
+	return true
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (w *watch) Close() error {
 	w.closeOnce.Do(func() { w.h.unwatch(w) })

@@ -39,6 +39,10 @@ type State struct {
 	// Dirty is set by every method that changes the state, so that a store
 	// writes back only what changed. The store clears it.
 	Dirty bool `json:"-"`
+	// Freed is set when a holder or queue entry leaves: the changes after
+	// which another request may be granted, so the ones a store wakes its
+	// waiters for. The store clears it.
+	Freed bool `json:"-"`
 }
 
 // Entry is one holder or queue entry.
@@ -77,7 +81,7 @@ func (s *State) Expire(name string, now time.Time) []driver.Holder {
 	}
 	clear(s.Queue[len(q):])
 	if len(gone) > 0 || len(q) != len(s.Queue) {
-		s.Dirty = true
+		s.Dirty, s.Freed = true, true
 	}
 	s.Queue = q
 	return gone
@@ -107,6 +111,7 @@ func (s *State) Acquire(req *driver.Request, now time.Time) (*driver.Grant, erro
 	if s.grantable(req, ahead) {
 		if qi >= 0 {
 			s.Queue = append(s.Queue[:qi], s.Queue[qi+1:]...)
+			s.Freed = true // the entries behind it move up
 		}
 		s.Seq++
 		s.Holders = append(s.Holders, Entry{
@@ -188,14 +193,14 @@ func (s *State) Release(name, owner string, now time.Time) bool {
 	s.Expire(name, now)
 	if i := find(s.Queue, owner); i >= 0 {
 		s.Queue = append(s.Queue[:i], s.Queue[i+1:]...)
-		s.Dirty = true
+		s.Dirty, s.Freed = true, true
 	}
 	i := find(s.Holders, owner)
 	if i < 0 {
 		return false
 	}
 	s.Holders = append(s.Holders[:i], s.Holders[i+1:]...)
-	s.Dirty = true
+	s.Dirty, s.Freed = true, true
 	return true
 }
 
