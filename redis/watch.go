@@ -82,6 +82,12 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 	}, nil
 }
 
+// Replay implements driver.Replayer: a release that lets a queued owner in
+// pushes a token into its mailbox, which keeps it (until the queue entry
+// would expire) for the BLPOP of the next Wait. So the refused attempt
+// needs no second attempt after the watch starts.
+func (w *watch) Replay(time.Time) bool { return true }
+
 type watch struct {
 	s       *Store
 	req     *driver.Request
