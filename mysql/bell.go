@@ -242,8 +242,19 @@ func (b *bells) close() {
 // setBlocker records, for the watch of req if it has one, the entry req
 // waits for.
 func (s *Store) setBlocker(req *driver.Request, blk *blocker) {
+	k := driver.Key{Name: req.Name, Owner: req.Owner}
 	s.mu.Lock()
-	w := s.watches[driver.Key{Name: req.Name, Owner: req.Owner}]
+	w := s.watches[k]
+	if w == nil && req.Queue {
+		if blk == nil {
+			delete(s.refused, k)
+		} else {
+			if len(s.refused) >= maxRefused {
+				clear(s.refused) // Locks that ended before watching: forget them
+			}
+			s.refused[k] = blk
+		}
+	}
 	s.mu.Unlock()
 	if w != nil {
 		w.mu.Lock()
@@ -276,8 +287,23 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 	w := &watch{s: s, key: driver.Key{Name: req.Name, Owner: req.Owner}}
 	s.mu.Lock()
 	s.watches[w.key] = w
+	w.blk = s.refused[w.key]
+	delete(s.refused, w.key)
 	s.mu.Unlock()
 	return w, nil
+}
+
+// maxRefused bounds Store.refused.
+const maxRefused = 4096
+
+// Replay implements driver.Replayer. A watch that starts from the blocker
+// its refused attempt named waits for that entry's bell, which is free at
+// once if the entry left meanwhile: nothing is missed, and no second
+// attempt is needed. Without a blocker, baton tries again first.
+func (w *watch) Replay(time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.blk != nil
 }
 
 // noDeadlineWait bounds one GET_LOCK of a Wait whose context has no

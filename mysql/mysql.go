@@ -235,6 +235,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	watches map[driver.Key]*watch
+	// refused holds the blocker named by a queued request's refusal that
+	// came before its watch, for the watch to start from (see Replay).
+	refused map[driver.Key]*blocker
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -330,6 +333,7 @@ func newStore(db *sql.DB, o Options) *Store {
 		obj:     newObjects(o.Table),
 		initSem: make(chan struct{}, 1),
 		watches: make(map[driver.Key]*watch),
+		refused: make(map[driver.Key]*blocker),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.bells = &bells{db: db, held: map[string]bool{}, lost: map[string]bool{}}
