@@ -1,0 +1,176 @@
+package faultcheck
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// inject runs faults until the run's duration is over: one fault starts
+// every 0.3–1.2s, on a worker that has no fault on it, and the server is
+// restarted once, at 40% of the run.
+func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
+	end := start + int64(r.cfg.Duration)
+	restartAt := start + int64(r.cfg.Duration)*4/10
+	restarted := r.cfg.Store.Server == ""
+	var faults []func(*slot) // the kinds that apply to this store
+	weights := []int{}
+	add := func(w int, f func(*slot)) { faults = append(faults, f); weights = append(weights, w) }
+	add(3, r.kill)
+	add(3, r.pause)
+	if r.cfg.Store.Server != "" {
+		add(2, r.latency)
+		add(2, r.reset)
+		add(2, r.blackhole)
+		add(2, r.partition)
+	}
+	var wg sync.WaitGroup
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	for ctx.Err() == nil && Mono() < end {
+		if !sleep(ctx, time.Duration(300+r.rng.IntN(900))*time.Millisecond) {
+			break
+		}
+		if !restarted && Mono() >= restartAt {
+			restarted = true
+			wg.Add(1)
+			go func() { defer wg.Done(); r.restart(ctx) }()
+			continue
+		}
+		pick := r.rng.IntN(total)
+		i := 0
+		for ; pick >= weights[i]; i++ {
+			pick -= weights[i]
+		}
+		s := r.pickSlot(slots, i < 2)
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			faults[i](s)
+			s.mu.Lock()
+			s.busy = false
+			s.mu.Unlock()
+		}()
+	}
+	wg.Wait() // every fault has ended
+}
+
+// pickSlot marks a worker without a fault busy and returns it; with
+// holder set, one that holds a lock (exclusive first) when there is one.
+func (r *runner) pickSlot(slots []*slot, holder bool) *slot {
+	var free, holding, exclusive []*slot
+	for _, s := range slots {
+		s.mu.Lock()
+		if !s.busy && s.cmd != nil {
+			free = append(free, s)
+			if holder {
+				if op := r.rec.holding(s.proc); op != nil {
+					holding = append(holding, s)
+					if !op.Shared {
+						exclusive = append(exclusive, s)
+					}
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	for _, set := range [][]*slot{exclusive, holding, free} {
+		if len(set) > 0 {
+			s := set[r.rng.IntN(len(set))]
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.busy {
+				return nil
+			}
+			s.busy = true
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *runner) jitter(min, max time.Duration) time.Duration {
+	return min + time.Duration(r.rng.Int64N(int64(max-min)))
+}
+
+// kill sends SIGKILL, then starts a new process in the slot.
+func (r *runner) kill(s *slot) {
+	r.count(FaultKill)
+	s.mu.Lock()
+	s.killed = true
+	cmd, proc, done := s.cmd, s.proc, s.done
+	s.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGKILL)
+	at := Mono()
+	<-done // every event it wrote before dying is recorded
+	r.rec.exited(proc, at, "killed")
+	time.Sleep(r.jitter(100*time.Millisecond, time.Second))
+	if err := r.start(s); err != nil {
+		r.fail(fmt.Errorf("restarting worker %d: %w", s.id, err))
+	}
+}
+
+// pause stops a worker with SIGSTOP, as a long GC pause would, mostly for
+// longer than the TTL, and resumes it with SIGCONT.
+func (r *runner) pause(s *slot) {
+	r.count(FaultPause)
+	d := r.jitter(r.cfg.TTL*13/10, r.cfg.TTL*5/2)
+	if r.rng.IntN(4) == 0 {
+		d = r.jitter(r.cfg.TTL/10, r.cfg.TTL/2)
+	}
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(d)
+	cmd.Process.Signal(syscall.SIGCONT)
+}
+
+func (r *runner) latency(s *slot) {
+	r.count(FaultLatency)
+	s.proxy.SetLatency(r.jitter(20*time.Millisecond, 300*time.Millisecond))
+	time.Sleep(r.jitter(2*time.Second, 5*time.Second))
+	s.proxy.SetLatency(0)
+}
+
+func (r *runner) reset(s *slot) {
+	r.count(FaultReset)
+	s.proxy.Reset()
+	time.Sleep(r.cfg.TTL / 3) // the client reconnects before its next fault
+}
+
+func (r *runner) blackhole(s *slot) {
+	r.count(FaultBlackhole)
+	s.proxy.SetMode(Blackhole)
+	time.Sleep(r.jitter(r.cfg.TTL*12/10, r.cfg.TTL*2))
+	s.proxy.SetMode(Pass)
+	time.Sleep(r.cfg.TTL / 3)
+}
+
+func (r *runner) partition(s *slot) {
+	r.count(FaultPartition)
+	s.proxy.SetMode(Partition)
+	time.Sleep(r.jitter(r.cfg.TTL*12/10, r.cfg.TTL*2))
+	s.proxy.SetMode(Pass)
+	time.Sleep(r.cfg.TTL / 3)
+}
+
+// restart restarts the store's server through scripts/servers.
+func (r *runner) restart(ctx context.Context) {
+	r.count(FaultRestart)
+	from := Mono()
+	err := servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
+	to := Mono()
+	r.rec.restarted(from, to)
+	r.logf("%s: server restarted in %s", r.cfg.Store.Name, ms(to-from))
+	if err != nil {
+		r.fail(err)
+	}
+}

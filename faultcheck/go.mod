@@ -1,0 +1,66 @@
+module github.com/baton-go/baton/faultcheck
+
+go 1.24.0
+
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/etcd v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/sqlite v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/zookeeper v0.0.0-00010101000000-000000000000
+	golang.org/x/sys v0.38.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.8.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.2 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/ncruces/go-strftime v0.1.9 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.etcd.io/etcd/api/v3 v3.6.8 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.6.8 // indirect
+	go.etcd.io/etcd/client/v3 v3.6.8 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.0 // indirect
+	golang.org/x/exp v0.0.0-20250620022241-b7579e27df2b // indirect
+	golang.org/x/net v0.47.0 // indirect
+	golang.org/x/sync v0.18.0 // indirect
+	golang.org/x/text v0.31.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
+	google.golang.org/grpc v1.71.1 // indirect
+	google.golang.org/protobuf v1.36.5 // indirect
+	modernc.org/libc v1.66.3 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.11.0 // indirect
+	modernc.org/sqlite v1.39.0 // indirect
+)
+
+replace (
+	github.com/baton-go/baton => ../
+	github.com/baton-go/baton/etcd => ../etcd
+	github.com/baton-go/baton/mysql => ../mysql
+	github.com/baton-go/baton/postgres => ../postgres
+	github.com/baton-go/baton/redis => ../redis
+	github.com/baton-go/baton/sqlite => ../sqlite
+	github.com/baton-go/baton/zookeeper => ../zookeeper
+)

@@ -1,0 +1,112 @@
+package faultcheck
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Op is one Lock call of a worker and, if granted, the hold that followed.
+// Times are Mono nanoseconds.
+type Op struct {
+	Worker, Proc int
+	Name         string
+	Shared       bool
+	Limit        int
+	Token        uint64
+	Call         int64 // Lock was called
+	Grant        int64 // Lock returned the lease
+	End          int64 // the holder stopped, by its own judgement (or was killed)
+	Granted      bool
+	Failed       bool   // Lock returned an error
+	Ended        bool   // End is known
+	Cause        string // how the hold ended: released, lost, killed, exited
+}
+
+// death is an exclusive holder killed while holding.
+type death struct {
+	op *Op
+	at int64
+}
+
+// recorder assembles the workers' events into operations.
+type recorder struct {
+	mu       sync.Mutex
+	ops      []*Op
+	open     map[int]*Op // the current operation of each process
+	writes   map[string]int
+	deaths   []death
+	restarts [][2]int64
+	errs     []error
+}
+
+func newRecorder() *recorder {
+	return &recorder{open: map[int]*Op{}, writes: map[string]int{}}
+}
+
+func (r *recorder) add(worker, proc int, e event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op := r.open[proc]
+	if e.K != "call" && e.K != "ready" && (op == nil || op.Name != e.Name) {
+		r.errs = append(r.errs, fmt.Errorf("process %d: %q event for %q outside its operation", proc, e.K, e.Name))
+		return
+	}
+	switch e.K {
+	case "call":
+		op = &Op{Worker: worker, Proc: proc, Name: e.Name, Shared: e.Mode == "s", Limit: e.Limit, Call: e.T}
+		r.ops = append(r.ops, op)
+		r.open[proc] = op
+	case "grant":
+		op.Grant, op.Token, op.Granted = e.T, e.Token, true
+	case "fail":
+		op.Failed = true
+		delete(r.open, proc)
+	case "write":
+		switch {
+		case e.Err != "":
+			r.writes["error"]++
+		case e.OK:
+			r.writes["accepted"]++
+		default:
+			r.writes["rejected"]++
+		}
+	case "end":
+		op.End, op.Ended, op.Cause = e.End, true, "released"
+		if e.Lost {
+			op.Cause = "lost"
+		}
+		delete(r.open, proc)
+	}
+}
+
+// exited closes the operation of a process that died at at.
+func (r *recorder) exited(proc int, at int64, cause string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op := r.open[proc]
+	delete(r.open, proc)
+	if op == nil || !op.Granted {
+		return
+	}
+	op.End, op.Ended, op.Cause = at, true, cause
+	if cause == "killed" && !op.Shared {
+		r.deaths = append(r.deaths, death{op: op, at: at})
+	}
+}
+
+// holding returns the hold proc is in, if any.
+func (r *recorder) holding(proc int) *Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if op := r.open[proc]; op != nil && op.Granted {
+		c := *op
+		return &c
+	}
+	return nil
+}
+
+func (r *recorder) restarted(from, to int64) {
+	r.mu.Lock()
+	r.restarts = append(r.restarts, [2]int64{from, to})
+	r.mu.Unlock()
+}

@@ -1,0 +1,26 @@
+package faultcheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+)
+
+// DefaultDir is where the harness's own server instances keep their data
+// and logs: apart from the shared servers (/tmp/baton-servers) that the
+// store modules' tests use, which the harness never touches.
+const DefaultDir = "/tmp/baton-faults"
+
+// servers runs scripts/servers (at script) with args for store s, on the
+// harness's own instance: its data in dir, its port s.Port.
+func servers(ctx context.Context, script, dir string, s Store, args ...string) error {
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Env = append(os.Environ(), "BATON_SERVERS_DIR="+dir, s.PortVar+"="+strconv.Itoa(s.Port))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %v: %v\n%s", script, args, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package faultcheck
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	// Every store the harness can run, by URL scheme. A new store is one
+	// import here and one entry in Stores.
+	_ "github.com/baton-go/baton/etcd"
+	_ "github.com/baton-go/baton/mysql"
+	_ "github.com/baton-go/baton/postgres"
+	_ "github.com/baton-go/baton/redis"
+	_ "github.com/baton-go/baton/sqlite"
+	_ "github.com/baton-go/baton/zookeeper"
+)
+
+// Store is one store the harness knows how to run.
+type Store struct {
+	Name string // what -store takes
+	// Server is the server's name in scripts/servers; empty for an
+	// embedded store, which gets no proxy and no restart (its faults are
+	// kills and pauses of the processes sharing it).
+	Server string
+	// PortVar is the variable scripts/servers reads the server's port
+	// from, and Port the port of the harness's own instance, away from the
+	// shared one on the default port that other tests use.
+	PortVar string
+	Port    int
+	// URL is the store's URL for a client that reaches the server at addr
+	// (host:port: its proxy), with leases (or sessions) of ttl. dir is the
+	// run's directory, for embedded stores.
+	URL func(addr, dir string, ttl time.Duration) string
+	// TimeNS says workers may run in a time namespace whose monotonic and
+	// boot clocks are offset from the machine's. Not for stores whose clock
+	// is the machine's monotonic clock, shared by all processes (SQLite).
+	TimeNS bool
+}
+
+// Stores is the table of stores, in the order TestShort runs them.
+var Stores = []Store{
+	{Name: "sqlite", URL: func(_, dir string, _ time.Duration) string {
+		return "sqlite://" + filepath.Join(dir, "sqlite", "faultcheck.db")
+	}},
+	{Name: "postgres", Server: "postgres", PortVar: "BATON_PG_PORT", Port: 25432, TimeNS: true,
+		URL: func(addr, _ string, _ time.Duration) string {
+			return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2"
+		}},
+	{Name: "mysql", Server: "mariadb", PortVar: "BATON_MYSQL_PORT", Port: 23306, TimeNS: true,
+		URL: func(addr, _ string, _ time.Duration) string {
+			return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s"
+		}},
+	{Name: "redis", Server: "redis", PortVar: "BATON_REDIS_PORT", Port: 26379, TimeNS: true,
+		URL: func(addr, _ string, _ time.Duration) string {
+			return "redis://" + addr + "/0?dial_timeout=2s"
+		}},
+	{Name: "etcd", Server: "etcd", PortVar: "BATON_ETCD_PORT", Port: 22379, TimeNS: true,
+		URL: func(addr, _ string, ttl time.Duration) string {
+			return fmt.Sprintf("etcd://%s/faultcheck?session_ttl=%s&dial_timeout=2s", addr, ttl)
+		}},
+	{Name: "zookeeper", Server: "zookeeper", PortVar: "BATON_ZK_PORT", Port: 22181, TimeNS: true,
+		URL: func(addr, _ string, ttl time.Duration) string {
+			return fmt.Sprintf("zk://%s/faultcheck?session_timeout=%s", addr, ttl)
+		}},
+}
+
+// StoreNamed returns the entry of Stores called name.
+func StoreNamed(name string) (Store, bool) {
+	for _, s := range Stores {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Store{}, false
+}
