@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ func FuzzRules(f *testing.F) {
 			now = now.Add(time.Duration(r.IntN(800)) * time.Millisecond)
 			o := owners[r.IntN(len(owners))]
 			req := modes[o]
+			before := clone(&s)
+			s.Freed = false
 			switch r.IntN(4) {
 			case 0, 1:
 				req.Queue = r.IntN(2) == 0
@@ -55,8 +58,32 @@ func FuzzRules(f *testing.F) {
 			if err := invariants(&s, now); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
+			if !s.Freed {
+				// Stores wake waiters only on Freed: no other change may let
+				// a waiter in.
+				for _, q := range s.Queue {
+					if q.Owner != o && grantable(&s, modes[q.Owner], now) && !grantable(&before, modes[q.Owner], now) {
+						t.Fatalf("step %d: %s became grantable without Freed", step, q.Owner)
+					}
+				}
+			}
 		}
 	})
+}
+
+func clone(s *State) State {
+	c := *s
+	c.Holders = slices.Clone(s.Holders)
+	c.Queue = slices.Clone(s.Queue)
+	return c
+}
+
+// grantable reports whether req would be granted at now, leaving s as is.
+func grantable(s *State, req driver.Request, now time.Time) bool {
+	c := clone(s)
+	req.Queue = true
+	_, err := c.Acquire(&req, now)
+	return err == nil
 }
 
 func checkGrant(t *testing.T, s *State, req *driver.Request, now time.Time) {
