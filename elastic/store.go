@@ -190,7 +190,9 @@ func apiError(status int, b []byte) *APIError {
 	return e
 }
 
-func (s *Store) docPath(op, id string) string { return "/" + s.index + "/" + op + "/" + url.PathEscape(id) }
+func (s *Store) docPath(op, id string) string {
+	return "/" + s.index + "/" + op + "/" + url.PathEscape(id)
+}
 
 // ensure creates the index (unless told not to) and reads the server's
 // clock, once per store.
