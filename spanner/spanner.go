@@ -1,0 +1,540 @@
+package spanner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc/codes"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+)
+
+func init() {
+	baton.Register("spanner", func(ctx context.Context, u *url.URL) (driver.Store, error) {
+		db, opts, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, db, opts)
+	})
+}
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "baton_locks"
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Table names the lock table (DefaultTable if empty): a letter, then
+	// up to 127 letters, digits or underscores.
+	Table string
+	// Create makes Open create the table (with the statement from DDL) if
+	// it does not exist. New ignores it: use CreateTable.
+	Create bool
+	// Poll is the longest pause between two reads of a waiting Lock
+	// (DefaultPoll if zero); see Store.Watch.
+	Poll time.Duration
+}
+
+// DefaultPoll is used when Options.Poll is zero.
+const DefaultPoll = 25 * time.Millisecond
+
+// ErrClosed is returned by a Store's methods after Close.
+var ErrClosed = errors.New("spanner: store is closed")
+
+// Store is a lock table in one Cloud Spanner database. It is safe for
+// concurrent use.
+type Store struct {
+	client *spanner.Client
+	owned  bool
+	table  string
+	poll   time.Duration
+	closed atomic.Bool
+
+	mu      sync.Mutex
+	clockTS time.Time // the latest commit timestamp this store saw
+	clockAt time.Time // when it saw it, on the local monotonic clock
+}
+
+// How far the store's clock may be extrapolated from the last commit
+// timestamp seen (see the package documentation), and at what rate.
+const (
+	clockMaxAge = 10 * time.Second
+	clockRate   = 0.99
+)
+
+// New returns a store over client, whose options (credentials, endpoint,
+// session pool) are the caller's; the caller also owns it: Close leaves it
+// open. The table must exist (see DDL and CreateTable).
+func New(client *spanner.Client, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("spanner: client is nil")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := CheckTable(o.Table); err != nil {
+		return nil, err
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	return &Store{client: client, table: o.Table, poll: max(o.Poll, firstPoll)}, nil
+}
+
+// Open connects to database (projects/P/instances/I/databases/D) with a
+// client of its own, made with clientOpts (SPANNER_EMULATOR_HOST is
+// honoured), creates the table if opts.Create is set, and checks that the
+// table can be written. Close closes the client.
+func Open(ctx context.Context, database string, opts *Options, clientOpts ...option.ClientOption) (*Store, error) {
+	if err := checkDatabase(database); err != nil {
+		return nil, err
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := CheckTable(o.Table); err != nil {
+		return nil, err
+	}
+	if o.Create {
+		if err := CreateTable(ctx, database, o.Table, clientOpts...); err != nil {
+			return nil, err
+		}
+	}
+	client, err := spanner.NewClient(ctx, database, clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("spanner: %w", err)
+	}
+	s, _ := New(client, &o)
+	s.owned = true
+	if err := s.refreshClock(ctx); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// parseURL reads spanner://projects/P/instances/I/databases/D?table=T&create=true.
+func parseURL(u *url.URL) (string, *Options, error) {
+	db := strings.Trim(u.Host+u.Path, "/")
+	if u.User != nil || u.Fragment != "" {
+		return "", nil, fmt.Errorf("spanner: URL %q: want spanner://projects/P/instances/I/databases/D[?table=T&create=true]", u.Redacted())
+	}
+	if err := checkDatabase(db); err != nil {
+		return "", nil, err
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", nil, fmt.Errorf("spanner: URL options: %v", err)
+	}
+	o := &Options{}
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "table":
+			if err := CheckTable(v); err != nil {
+				return "", nil, err
+			}
+			o.Table = v
+		case "poll":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return "", nil, fmt.Errorf("spanner: URL option poll=%q: want a positive Go duration such as 25ms", v)
+			}
+			o.Poll = d
+		case "create":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("spanner: URL option create=%q: want true or false", v)
+			}
+			o.Create = b
+		default:
+			return "", nil, fmt.Errorf("spanner: unknown URL option %q (known: table, create, poll)", k)
+		}
+	}
+	return db, o, nil
+}
+
+// Close closes the client if the store opened it.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.owned {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// observe takes a commit timestamp, seen now, as the store's clock if it
+// is later than the clock's own estimate.
+func (s *Store) observe(ts time.Time) {
+	if ts.IsZero() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clockAt.IsZero() || ts.After(s.estimate()) {
+		s.clockTS, s.clockAt = ts, time.Now()
+	}
+}
+
+// estimate is a lower bound of the store's clock: the last commit
+// timestamp seen, which was in the past when it was seen (Spanner's commit
+// wait), plus 99% of the time since then by the local monotonic clock.
+// Caller holds mu.
+func (s *Store) estimate() time.Time {
+	return s.clockTS.Add(time.Duration(float64(time.Since(s.clockAt)) * clockRate))
+}
+
+// now is the time decisions are made with: the clock's estimate, or the
+// latest stamp read if later (a commit in the past too).
+func (s *Store) now(stamps map[string]*name) time.Time {
+	s.mu.Lock()
+	t := s.estimate()
+	s.mu.Unlock()
+	for _, x := range stamps {
+		if x.stamp.After(t) {
+			t = x.stamp
+		}
+	}
+	return t
+}
+
+// ensureClock refreshes the clock when it is unknown or old.
+func (s *Store) ensureClock(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	fresh := !s.clockAt.IsZero() && time.Since(s.clockAt) < clockMaxAge
+	s.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	return s.refreshClock(ctx)
+}
+
+// refreshClock commits a write to the clock row (name "") for its commit
+// timestamp.
+func (s *Store) refreshClock(ctx context.Context) error {
+	ts, err := s.client.Apply(ctx, []*spanner.Mutation{
+		spanner.InsertOrUpdate(s.table, []string{"name", "version", "stamp"}, []any{"", int64(0), spanner.CommitTimestamp}),
+	})
+	if err != nil {
+		return s.wrap(err)
+	}
+	s.observe(ts)
+	return nil
+}
+
+// wrap adds a hint to errors that mean the table is missing.
+func (s *Store) wrap(err error) error {
+	if spanner.ErrCode(err) == codes.NotFound && strings.Contains(strings.ToLower(err.Error()), "table") {
+		return fmt.Errorf("spanner: table %s not found (create it with the statement from DDL, or Options.Create): %w", s.table, err)
+	}
+	return fmt.Errorf("spanner: %w", err)
+}
+
+// maxAttempts bounds the tries of a decision that keeps losing races.
+const maxAttempts = 100
+
+// update reads the rows of keys in a read-write transaction, lets decide
+// change the names it read (adding names it creates to the map and setting
+// their dirty flag), and writes the changed names, each conditionally (see
+// name.mutations). It tries again, from the read, when a write lost a race
+// (the fake runs transactions without conflict detection; real Spanner
+// aborts and retries them itself, and its locks make such losses rare).
+// It returns the commit timestamp and whether anything was written.
+func (s *Store) update(ctx context.Context, keys spanner.KeySet, decide func(names map[string]*name, now time.Time)) (time.Time, bool, error) {
+	if err := s.ensureClock(ctx); err != nil {
+		return time.Time{}, false, err
+	}
+	for attempt := 1; ; attempt++ {
+		var read, wrote bool
+		resp, err := s.client.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+			read, wrote = false, false
+			names := map[string]*name{}
+			if err := tx.Read(ctx, s.table, keys, cols).Do(func(r *spanner.Row) error { return readRow(r, names) }); err != nil {
+				return err
+			}
+			read = true
+			decide(names, s.now(names))
+			var check, rest []*spanner.Mutation
+			for _, n := range slices.Sorted(maps.Keys(names)) {
+				x := names[n]
+				if !x.dirty {
+					continue
+				}
+				c, r, err := x.mutations(s.table)
+				if err != nil {
+					return err
+				}
+				check, rest = append(check, c...), append(rest, r...)
+			}
+			if len(check) == 0 {
+				return nil
+			}
+			wrote = true
+			// All checks first: the fake applies a commit's mutations in
+			// order and keeps those before a failing one.
+			return tx.BufferWrite(append(check, rest...))
+		}, spanner.TransactionOptions{TransactionTag: "baton"})
+		if err == nil {
+			s.observe(resp.CommitTs)
+			return resp.CommitTs, wrote, nil
+		}
+		code := spanner.ErrCode(err)
+		if !read || !wrote || (code != codes.NotFound && code != codes.AlreadyExists) || attempt >= maxAttempts || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return time.Time{}, false, fmt.Errorf("spanner: %w", context.Cause(ctx))
+			}
+			return time.Time{}, false, s.wrap(err)
+		}
+		// Lost a race: try again after a short random pause, so that
+		// racers spread out.
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(min(attempt, 8)) * int64(time.Millisecond))))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// Acquire implements driver.Store: one read-write transaction (a read and
+// a commit).
+func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	var (
+		x    *name
+		g    *driver.Grant
+		aerr error
+	)
+	ts, _, err := s.update(ctx, spanner.KeySets(keyRange(req.Name)), func(names map[string]*name, now time.Time) {
+		x = names[req.Name]
+		if x == nil {
+			x = &name{name: req.Name}
+			names[req.Name] = x
+		}
+		before, queued := queueExpiry(&x.rec, req.Owner)
+		g, aerr = x.rec.Acquire(req, now)
+		switch {
+		case aerr == nil:
+			x.mark(req.Owner, false, !g.Extended)
+		case req.Queue:
+			if after, ok := queueExpiry(&x.rec, req.Owner); ok && (!queued || !after.Equal(before)) {
+				x.mark(req.Owner, true, !queued)
+			}
+		}
+		x.dirty = x.rec.Dirty
+	})
+	if err != nil {
+		return nil, err
+	}
+	if aerr != nil {
+		return nil, aerr
+	}
+	resolve(&x.rec, ts)
+	out := grantOf(&x.rec, req.Owner)
+	if out == nil {
+		return nil, fmt.Errorf("spanner: lock %q: granted hold missing from the state", req.Name)
+	}
+	out.Extended = g.Extended
+	return out, nil
+}
+
+func queueExpiry(rec *record, owner string) (time.Time, bool) {
+	for _, e := range rec.Queue {
+		if e.Owner == owner {
+			return e.Expires, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// namesOf selects the rows of the given lock names.
+func namesOf(ns []string) spanner.KeySet {
+	ns = slices.Compact(slices.Sorted(slices.Values(ns)))
+	ks := make([]spanner.KeySet, len(ns))
+	for i, n := range ns {
+		ks[i] = keyRange(n)
+	}
+	return spanner.KeySets(ks...)
+}
+
+// Renew implements driver.Store: the whole batch is one read-write
+// transaction.
+func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+	out := make([]*driver.Grant, len(holds))
+	if len(holds) == 0 {
+		return out, nil
+	}
+	ns := make([]string, len(holds))
+	for i, h := range holds {
+		ns[i] = h.Name
+	}
+	var xs []*name
+	ts, _, err := s.update(ctx, namesOf(ns), func(names map[string]*name, now time.Time) {
+		xs = make([]*name, len(holds))
+		for i, h := range holds {
+			x := names[h.Name]
+			if x == nil || x.rec.Renew(h.Name, h.Owner, h.TTL, now) == nil {
+				if x != nil {
+					x.dirty = x.dirty || x.rec.Dirty
+				}
+				continue
+			}
+			x.mark(h.Owner, false, false)
+			x.dirty = true
+			xs[i] = x
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range xs {
+		if x != nil {
+			resolve(&x.rec, ts)
+			out[i] = grantOf(&x.rec, holds[i].Owner)
+		}
+	}
+	return out, nil
+}
+
+// Release implements driver.Store: the whole batch is one read-write
+// transaction.
+func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ns := make([]string, len(keys))
+	for i, k := range keys {
+		ns[i] = k.Name
+	}
+	_, _, err := s.update(ctx, namesOf(ns), func(names map[string]*name, now time.Time) {
+		for i, k := range keys {
+			out[i] = false
+			if x := names[k.Name]; x != nil {
+				out[i] = x.rec.Release(k.Name, k.Owner, now)
+				x.dirty = x.dirty || x.rec.Dirty
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// read reads the current rows of keys outside any transaction (a strong
+// read).
+func (s *Store) read(ctx context.Context, keys spanner.KeySet) (map[string]*name, error) {
+	names := map[string]*name{}
+	err := s.client.Single().Read(ctx, s.table, keys, cols).Do(func(r *spanner.Row) error { return readRow(r, names) })
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return names, nil
+}
+
+// List implements driver.Store: one strong read (of the name, of the
+// prefix's key range, or of the whole table when the filter has neither).
+func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+	if err := s.ensureClock(ctx); err != nil {
+		return nil, err
+	}
+	keys := prefixKeys(f.Prefix)
+	if f.Name != "" {
+		keys = spanner.KeySets(keyRange(f.Name))
+	}
+	names, err := s.read(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now(names)
+	var out []driver.Holder
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		if f.Name != "" && n != f.Name || !strings.HasPrefix(n, f.Prefix) {
+			continue
+		}
+		for _, h := range names[n].rec.List(n, now) {
+			if f.Owner == "" || h.Owner == f.Owner {
+				out = append(out, h)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Purge implements driver.Store: a read of the whole table, then one
+// read-write transaction per 100 names with expired entries.
+func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
+	if err := s.ensureClock(ctx); err != nil {
+		return nil, err
+	}
+	names, err := s.read(ctx, spanner.AllKeys())
+	if err != nil {
+		return nil, err
+	}
+	now := s.now(names)
+	var stale []string
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		for _, h := range names[n].rec.List(n, now) {
+			if h.Left <= 0 {
+				stale = append(stale, n)
+				break
+			}
+		}
+	}
+	var out []driver.Holder
+	for len(stale) > 0 {
+		chunk := stale[:min(len(stale), 100)]
+		stale = stale[len(chunk):]
+		var gone []driver.Holder
+		_, _, err := s.update(ctx, namesOf(chunk), func(names map[string]*name, now time.Time) {
+			gone = gone[:0]
+			for _, n := range chunk {
+				x := names[n]
+				if x == nil {
+					continue
+				}
+				for _, h := range x.rec.List(n, now) {
+					if h.Left <= 0 {
+						gone = append(gone, h)
+					}
+				}
+				x.rec.Expire(n, now)
+				x.dirty = x.rec.Dirty
+			}
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, gone...)
+	}
+	return out, nil
+}
