@@ -466,4 +466,3 @@ func TestNewWithClient(t *testing.T) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
 }
-
