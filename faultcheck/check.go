@@ -18,9 +18,10 @@ type Result struct {
 	Processes int // worker processes started
 	Ops       int // Lock calls
 	Grants    int
-	Failed    int // Lock calls that returned an error (timeouts under faults)
-	Lost      int // leases that ended before their holder released them
+	Failed    int            // Lock calls that returned an error (timeouts under faults)
+	Lost      int            // leases that ended before their holder released them
 	Writes    map[string]int // to the fenced resource: accepted, rejected (stale), error
+	FailedBy  map[string]int // Lock errors, by message
 	Faults    map[string]int
 	// Deaths is the number of exclusive holders killed while holding;
 	// Regrants how many of them were followed by a grant of the lock in
@@ -45,7 +46,7 @@ func Bound(ttl, maxPoll time.Duration) time.Duration { return ttl + 10*maxPoll +
 func (r *recorder) check(log []fenced.Write, cfg Config, start, stop int64) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Duration: time.Duration(stop - start), Writes: r.writes, Bound: Bound(cfg.TTL, cfg.MaxPoll)}
+	res := &Result{Duration: time.Duration(stop - start), Writes: r.writes, FailedBy: r.fails, Bound: Bound(cfg.TTL, cfg.MaxPoll)}
 	res.Errors = append(res.Errors, r.errs...)
 	byName := map[string][]*Op{}
 	for _, op := range r.ops {

@@ -9,7 +9,7 @@ import (
 )
 
 // inject runs faults until the run's duration is over: one fault starts
-// every 0.3–1.2s, on a worker that has no fault on it, and the server is
+// every 0.4–1.4s, on a worker that has no fault on it, and the server is
 // restarted once, at 40% of the run.
 func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	end := start + int64(r.cfg.Duration)
@@ -18,7 +18,7 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	var faults []func(*slot) // the kinds that apply to this store
 	weights := []int{}
 	add := func(w int, f func(*slot)) { faults = append(faults, f); weights = append(weights, w) }
-	add(3, r.kill)
+	add(4, r.kill)
 	add(3, r.pause)
 	if r.cfg.Store.Server != "" {
 		add(2, r.latency)
@@ -32,7 +32,7 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 		total += w
 	}
 	for ctx.Err() == nil && Mono() < end {
-		if !sleep(ctx, time.Duration(300+r.rng.IntN(900))*time.Millisecond) {
+		if !sleep(ctx, time.Duration(400+r.intn(1000))*time.Millisecond) {
 			break
 		}
 		if !restarted && Mono() >= restartAt {
@@ -41,12 +41,12 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 			go func() { defer wg.Done(); r.restart(ctx) }()
 			continue
 		}
-		pick := r.rng.IntN(total)
+		pick := r.intn(total)
 		i := 0
 		for ; pick >= weights[i]; i++ {
 			pick -= weights[i]
 		}
-		s := r.pickSlot(slots, i < 2)
+		s := r.pickSlot(ctx, slots, i < 2)
 		if s == nil {
 			continue
 		}
@@ -63,9 +63,25 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 }
 
 // pickSlot marks a worker without a fault busy and returns it; with
-// holder set, one that holds a lock (exclusive first) when there is one.
-func (r *runner) pickSlot(slots []*slot, holder bool) *slot {
+// holder set, one that holds an exclusive lock, or else any lock, if one
+// does within a second.
+func (r *runner) pickSlot(ctx context.Context, slots []*slot, holder bool) *slot {
+	if !holder {
+		return r.pickSlotNow(slots, false)
+	}
+	for range 50 {
+		if s := r.pickSlotNow(slots, true); s != nil || !sleep(ctx, 20*time.Millisecond) {
+			return s
+		}
+	}
+	return r.pickSlotNow(slots, false)
+}
+
+// pickSlotNow is pickSlot without waiting: with exclusive set, only a
+// holder of an exclusive lock.
+func (r *runner) pickSlotNow(slots []*slot, exclusiveOnly bool) *slot {
 	var free, holding, exclusive []*slot
+	holder := exclusiveOnly
 	for _, s := range slots {
 		s.mu.Lock()
 		if !s.busy && s.cmd != nil {
@@ -81,9 +97,13 @@ func (r *runner) pickSlot(slots []*slot, holder bool) *slot {
 		}
 		s.mu.Unlock()
 	}
-	for _, set := range [][]*slot{exclusive, holding, free} {
+	sets := [][]*slot{exclusive, holding, free}
+	if exclusiveOnly {
+		sets = sets[:1]
+	}
+	for _, set := range sets {
 		if len(set) > 0 {
-			s := set[r.rng.IntN(len(set))]
+			s := set[r.intn(len(set))]
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if s.busy {
@@ -97,7 +117,7 @@ func (r *runner) pickSlot(slots []*slot, holder bool) *slot {
 }
 
 func (r *runner) jitter(min, max time.Duration) time.Duration {
-	return min + time.Duration(r.rng.Int64N(int64(max-min)))
+	return min + time.Duration(int64(r.intn(int(max-min))))
 }
 
 // kill sends SIGKILL, then starts a new process in the slot.
@@ -122,7 +142,7 @@ func (r *runner) kill(s *slot) {
 func (r *runner) pause(s *slot) {
 	r.count(FaultPause)
 	d := r.jitter(r.cfg.TTL*13/10, r.cfg.TTL*5/2)
-	if r.rng.IntN(4) == 0 {
+	if r.intn(4) == 0 {
 		d = r.jitter(r.cfg.TTL/10, r.cfg.TTL/2)
 	}
 	s.mu.Lock()

@@ -16,6 +16,7 @@ type Op struct {
 	Call         int64 // Lock was called
 	Grant        int64 // Lock returned the lease
 	End          int64 // the holder stopped, by its own judgement (or was killed)
+	Deadline     int64 // the lease's deadline, as last reported while held (0: none)
 	Granted      bool
 	Failed       bool   // Lock returned an error
 	Ended        bool   // End is known
@@ -34,13 +35,14 @@ type recorder struct {
 	ops      []*Op
 	open     map[int]*Op // the current operation of each process
 	writes   map[string]int
+	fails    map[string]int // Lock errors, by message
 	deaths   []death
 	restarts [][2]int64
 	errs     []error
 }
 
 func newRecorder() *recorder {
-	return &recorder{open: map[int]*Op{}, writes: map[string]int{}}
+	return &recorder{open: map[int]*Op{}, writes: map[string]int{}, fails: map[string]int{}}
 }
 
 func (r *recorder) add(worker, proc int, e event) {
@@ -58,8 +60,15 @@ func (r *recorder) add(worker, proc int, e event) {
 		r.open[proc] = op
 	case "grant":
 		op.Grant, op.Token, op.Granted = e.T, e.Token, true
+	case "deadline":
+		op.Deadline = e.End
 	case "fail":
 		op.Failed = true
+		msg := e.Err
+		if len(msg) > 120 {
+			msg = msg[:120] + "…"
+		}
+		r.fails[msg]++
 		delete(r.open, proc)
 	case "write":
 		switch {
@@ -88,8 +97,12 @@ func (r *recorder) exited(proc int, at int64, cause string) {
 	if op == nil || !op.Granted {
 		return
 	}
-	op.End, op.Ended, op.Cause = at, true, cause
-	if cause == "killed" && !op.Shared {
+	end := at
+	if op.Deadline > op.Grant && op.Deadline < at {
+		end = op.Deadline // its lease ended before it died: it would have stopped then
+	}
+	op.End, op.Ended, op.Cause = end, true, cause
+	if cause == "killed" && !op.Shared && end == at {
 		r.deaths = append(r.deaths, death{op: op, at: at})
 	}
 }

@@ -42,6 +42,9 @@ func Table(results []*Result) string {
 	tw.Flush()
 	for _, r := range results {
 		fmt.Fprintf(&b, "%s faults: %s\n", r.Store, r.faultList())
+		for _, f := range r.topFailures(3) {
+			fmt.Fprintf(&b, "%s failed Lock: %s\n", r.Store, f)
+		}
 	}
 	return b.String()
 }
@@ -62,6 +65,9 @@ func (r *Result) Markdown(command string) string {
 	row("Lock calls", r.Ops)
 	row("grants", r.Grants)
 	row("Lock calls that failed (timeouts under faults)", r.Failed)
+	for _, f := range r.topFailures(5) {
+		row("&nbsp;&nbsp;failed Lock", f)
+	}
 	row("leases lost while held", r.Lost)
 	row("fenced writes accepted", r.Writes["accepted"])
 	row("stale fenced writes refused", r.Writes["rejected"])
@@ -80,4 +86,17 @@ func (r *Result) Markdown(command string) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// topFailures lists the n most frequent Lock errors.
+func (r *Result) topFailures(n int) []string {
+	msgs := slices.SortedFunc(maps.Keys(r.FailedBy), func(a, b string) int { return r.FailedBy[b] - r.FailedBy[a] })
+	var out []string
+	for i, m := range msgs {
+		if i == n {
+			break
+		}
+		out = append(out, fmt.Sprintf("%d× %s", r.FailedBy[m], m))
+	}
+	return out
 }

@@ -77,6 +77,8 @@ type runner struct {
 	timeNS bool
 	wg     sync.WaitGroup
 
+	rngMu sync.Mutex // fault goroutines draw from rng too
+
 	mu     sync.Mutex
 	faults map[string]int
 	procs  int
@@ -122,6 +124,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	if s := cfg.Store; s.Server != "" {
+		if len(s.ServerEnv) > 0 {
+			// Restart it so that it surely runs with those settings.
+			if err := servers(ctx, cfg.Servers, cfg.Dir, s, "down", s.Server); err != nil {
+				return nil, err
+			}
+		}
 		if err := servers(ctx, cfg.Servers, cfg.Dir, s, "up", s.Server); err != nil {
 			return nil, err
 		}
@@ -182,6 +190,12 @@ func (r *runner) logf(format string, args ...any) {
 	}
 }
 
+func (r *runner) intn(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
+}
+
 func (r *runner) count(kind string) {
 	r.mu.Lock()
 	r.faults[kind]++
@@ -219,11 +233,11 @@ func (r *runner) start(s *slot) error {
 		TTL: r.cfg.TTL, MaxPoll: r.cfg.MaxPoll, Seed: r.cfg.Seed + uint64(proc),
 	}
 	var cmd *exec.Cmd
-	if r.timeNS && proc > r.cfg.Workers && r.rng.IntN(2) == 0 {
+	if r.timeNS && proc > r.cfg.Workers && r.intn(2) == 0 {
 		// A restarted worker comes back with its monotonic and boot clocks
 		// some days ahead of everyone else's: as far as a process can
 		// see, its clock jumped while it was dead.
-		days := 1 + r.rng.IntN(1000)
+		days := 1 + r.intn(1000)
 		wc.MonoOffset = int64(days) * 86400 * int64(time.Second)
 		off := strconv.Itoa(days * 86400)
 		cmd = exec.Command("unshare", "--time", "--monotonic", off, "--boottime", off, r.cfg.Worker)

@@ -18,6 +18,7 @@ const DefaultDir = "/tmp/baton-faults"
 func servers(ctx context.Context, script, dir string, s Store, args ...string) error {
 	cmd := exec.CommandContext(ctx, script, args...)
 	cmd.Env = append(os.Environ(), "BATON_SERVERS_DIR="+dir, s.PortVar+"="+strconv.Itoa(s.Port))
+	cmd.Env = append(cmd.Env, s.ServerEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %v: %v\n%s", script, args, err, out)

@@ -31,6 +31,10 @@ type Store struct {
 	// (host:port: its proxy), with leases (or sessions) of ttl. dir is the
 	// run's directory, for embedded stores.
 	URL func(addr, dir string, ttl time.Duration) string
+	// ServerEnv is more environment for scripts/servers: settings the
+	// harness's instance needs (the server is restarted with them when a
+	// run begins).
+	ServerEnv []string
 	// TimeNS says workers may run in a time namespace whose monotonic and
 	// boot clocks are offset from the machine's. Not for stores whose clock
 	// is the machine's monotonic clock, shared by all processes (SQLite).
@@ -50,7 +54,10 @@ var Stores = []Store{
 		URL: func(addr, _ string, _ time.Duration) string {
 			return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s"
 		}},
+	// Redis with an fsynced append-only file: without persistence a
+	// restart forgets every fencing counter, and tokens repeat.
 	{Name: "redis", Server: "redis", PortVar: "BATON_REDIS_PORT", Port: 26379, TimeNS: true,
+		ServerEnv: []string{"BATON_REDIS_ARGS=--appendonly yes --appendfsync always"},
 		URL: func(addr, _ string, _ time.Duration) string {
 			return "redis://" + addr + "/0?dial_timeout=2s"
 		}},

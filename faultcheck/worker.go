@@ -46,7 +46,7 @@ type WorkerConfig struct {
 
 // event is one line a worker writes to its stdout.
 type event struct {
-	K     string `json:"k"` // ready, call, grant, fail, write, end
+	K     string `json:"k"` // ready, call, grant, deadline, fail, write, end
 	T     int64  `json:"t"` // Mono, harness clock
 	Name  string `json:"n,omitempty"`
 	Mode  string `json:"m,omitempty"` // x or s
@@ -160,10 +160,23 @@ func (w *worker) once(ctx context.Context, c *baton.Client) {
 	cancel()
 	if err != nil {
 		w.emit(event{K: "fail", Name: name, Err: err.Error()})
-		sleep(ctx, time.Duration(w.rng.IntN(100))*time.Millisecond)
+		sleep(ctx, time.Duration(100+w.rng.IntN(300))*time.Millisecond) // not a spin while cut off
 		return
 	}
 	w.emit(event{K: "grant", Name: name, Token: l.Token()})
+	// Tell the harness the lease's deadline now and then, so that if we
+	// are killed it knows when we would have stopped anyway.
+	hctx, cancelBeat := context.WithCancel(ctx)
+	beat := make(chan struct{})
+	stopBeat := func() { cancelBeat(); <-beat }
+	go func() {
+		defer close(beat)
+		for sleep(hctx, 100*time.Millisecond) {
+			if d := l.Deadline(); !d.IsZero() {
+				w.emit(event{K: "deadline", Name: name, End: monoAt(d) - w.cfg.MonoOffset})
+			}
+		}
+	}()
 
 	// Work in three steps; an exclusive holder writes to the fenced
 	// resource at each. Most holds are short; one in fifteen outlives a
@@ -193,6 +206,7 @@ func (w *worker) once(ctx context.Context, c *baton.Client) {
 		}
 		w.emit(event{K: "write", Name: name, Token: l.Token(), OK: werr == nil})
 	}
+	stopBeat()
 	end := w.now()
 	if d := l.Deadline(); !d.IsZero() && time.Now().After(d) {
 		end = monoAt(d) - w.cfg.MonoOffset

@@ -5,7 +5,8 @@
 //
 // It starts the store's own server instance through scripts/servers
 // (BATON_SERVERS, or -servers) in /tmp/baton-faults, on a port apart from
-// the shared test servers, and client processes that are this same
+// the shared test servers (-dir and -port choose others, so that two runs
+// of one store can go at once), and client processes that are this same
 // executable in worker mode. Stores: sqlite, postgres, mysql, redis, etcd,
 // zookeeper. It exits 1 if the run found a violation.
 package main
@@ -40,11 +41,15 @@ func main() {
 	seed := fs.Uint64("seed", 0, "random seed (0: random)")
 	script := fs.String("servers", os.Getenv("BATON_SERVERS"), "path of scripts/servers")
 	dir := fs.String("dir", faultcheck.DefaultDir, "directory of the harness's own servers")
+	port := fs.Int("port", 0, "port of the harness's own server (default: the store's, see faultcheck.Stores)")
 	fs.Parse(os.Args[2:])
 	s, ok := faultcheck.StoreNamed(*store)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "faultcheck: unknown store %q\n", *store)
 		os.Exit(2)
+	}
+	if *port != 0 {
+		s.Port = *port
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
