@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	cirello.io/pglock v1.16.1
 	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/elastic v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/etcd v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
@@ -15,8 +16,10 @@ require (
 	github.com/go-redsync/redsync/v4 v4.15.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/graup/es-distributed-lock v0.0.3
 	github.com/jackc/pgx/v5 v5.8.0
 	github.com/lib/pq v1.10.9
+	github.com/olivere/elastic v6.2.27+incompatible
 	github.com/redis/go-redis/v9 v9.22.0
 	go.etcd.io/etcd/client/v3 v3.6.8
 	go.uber.org/zap v1.27.0
@@ -45,13 +48,16 @@ require (
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/fortytw2/leaktest v1.3.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.2 // indirect
+	github.com/mailru/easyjson v0.7.0 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/ncruces/go-strftime v0.1.9 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	golang.org/x/exp v0.0.0-20250620022241-b7579e27df2b // indirect
 	golang.org/x/sync v0.19.0 // indirect
@@ -75,3 +81,5 @@ replace github.com/baton-go/baton/mysql => ../mysql
 replace github.com/baton-go/baton/etcd => ../etcd
 
 replace github.com/baton-go/baton/zookeeper => ../zookeeper
+
+replace github.com/baton-go/baton/elastic => ../elastic

@@ -83,8 +83,10 @@
 //
 // # Waiting
 //
-// The store does not wake waiters: baton polls, with backoff, and no
-// sooner than the first holder's expiry when nothing is released.
+// A waiting Lock polls the version of the name's document (a GET without
+// its source, from 2ms apart backing off to 100ms) and tries again as soon
+// as it changes: no push from the server, but a hand-off within a few
+// milliseconds, for one small request per waiter per poll.
 //
 // # Durability
 //

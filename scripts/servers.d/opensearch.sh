@@ -37,7 +37,7 @@ opensearch_ready() {
 opensearch_start() {
   opensearch_ready && return 0
   mkdir -p "$opensearch_dir/node"
-  setsid java -Xms512m -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+  setsid java -Xms512m -Xmx1g -XX:+UseSerialGC -Djava.awt.headless=true \
     -cp "$opensearch_dir/classes:$(cat "$opensearch_dir/classpath.txt")" \
     Node "$opensearch_dir/node" "$OPENSEARCH_PORT" "$OPENSEARCH_TRANSPORT_PORT" \
     >>"$DIR/logs/opensearch.log" 2>&1 </dev/null &
