@@ -124,7 +124,6 @@ type state struct {
 	gone  []entry // alive in the store, but seen unchanged for their patience
 	max   int64   // the highest ticket of the name, tombstones included
 	prune []string
-	after time.Duration // until the first blocking entry may be taken over
 }
 
 func (s *Store) read(ctx context.Context, name string) ([]entry, error) {
