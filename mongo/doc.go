@@ -102,7 +102,7 @@
 // # Waking waiters
 //
 // FerretDB has no change streams, so a waiting Lock polls: it reads the
-// name's live documents every 2 to 25ms and tries again only when the
+// name's live documents every 10 to 50ms and tries again only when the
 // grant rules would let it in, so only the head of the queue wakes. A
 // hand-off costs the release, up to one poll interval and the acquire.
 //

@@ -53,6 +53,7 @@ type own struct {
 	ticket   int64
 	granted  bool
 	deadline time.Time
+	lost     bool // a write came back after its deadline: never renew it
 }
 
 // seen is the observation of another entry: its version, and when this
@@ -287,6 +288,9 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 			{Key: "ttl", Value: int64(req.TTL)}, {Key: "h", Value: req.Host}, {Key: "meta", Value: metaPairs(req.Meta)},
 		}, req.TTL)
 		if err != nil || !ok {
+			if err == nil && s.isLost(key, mine.ID) {
+				err = s.tombstone(ctx, []entry{*mine}, false)
+			}
 			return nil, true, err
 		}
 		now := time.Now()
@@ -303,6 +307,9 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 				{Key: "meta", Value: metaPairs(req.Meta)},
 			}, req.TTL, "c")
 			if err != nil || !ok {
+				if err == nil && s.isLost(key, mine.ID) {
+					err = s.tombstone(ctx, []entry{*mine}, false)
+				}
 				return nil, true, err
 			}
 			now := time.Now()
@@ -361,6 +368,13 @@ func (s *Store) remember(key driver.Key, o *own) {
 	}
 }
 
+func (s *Store) isLost(key driver.Key, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.own[key]
+	return o != nil && o.id == id && o.lost
+}
+
 func (s *Store) refreshDue(key driver.Key, e *entry, queueTTL time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -380,6 +394,9 @@ func (s *Store) rewrite(ctx context.Context, key driver.Key, e *entry, set bson.
 	o := s.own[key]
 	s.mu.Unlock()
 	var deadline time.Time
+	if o != nil && o.id == e.ID && o.lost {
+		return false, nil
+	}
 	if o != nil && o.id == e.ID && o.ver == e.Ver {
 		deadline = o.deadline
 	}
@@ -396,13 +413,12 @@ func (s *Store) rewrite(ctx context.Context, key driver.Key, e *entry, set bson.
 		return false, err
 	}
 	if res.MatchedCount == 0 {
-		s.remember(key, nil)
 		return false, nil
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		// Too late to be sure no one took it over meanwhile: forget it;
-		// the caller reads again.
-		s.remember(key, nil)
+		// Too late to be sure no one took it over meanwhile: the entry
+		// is lost for good, whatever the store shows.
+		s.remember(key, &own{id: e.ID, lost: true})
 		return false, nil
 	}
 	granted := e.Granted
@@ -453,6 +469,14 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 			continue
 		}
 		ok, err := s.rewrite(ctx, key, e, bson.D{{Key: "ttl", Value: int64(h.TTL)}}, h.TTL)
+		if err == nil && !ok {
+			// Another renewal of ours (keepalive and a manual Renew) may
+			// have changed the version meanwhile: try its version once.
+			if e2, err2 := s.ownEntry(ctx, key, true); err2 == nil && e2 != nil && e2.ID == e.ID && e2.Ver != e.Ver {
+				e = e2
+				ok, err = s.rewrite(ctx, key, e, bson.D{{Key: "ttl", Value: int64(h.TTL)}}, h.TTL)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -470,6 +494,9 @@ func (s *Store) ownEntry(ctx context.Context, key driver.Key, held bool) (*entry
 	s.mu.Lock()
 	o := s.own[key]
 	s.mu.Unlock()
+	if o != nil && o.lost {
+		return nil, nil
+	}
 	if o != nil && (o.granted || !held) {
 		return &entry{ID: o.id, Ver: o.ver, Ticket: o.ticket, Granted: o.granted, Name: key.Name, Owner: key.Owner}, nil
 	}

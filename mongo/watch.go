@@ -12,8 +12,8 @@ import (
 
 // Watch polls.
 const (
-	watchMin = 2 * time.Millisecond
-	watchMax = 25 * time.Millisecond
+	watchMin = 10 * time.Millisecond
+	watchMax = 50 * time.Millisecond
 )
 
 // Watch implements driver.Waiter by polling: FerretDB has no change
