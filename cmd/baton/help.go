@@ -12,7 +12,17 @@ const storeHelp = `Store:
     (macOS: ~/Library/Application Support/baton/baton.db;
      Windows: %AppData%\baton\baton.db)
   Its directory is created when needed. Other stores:
-    sqlite:///abs/path/locks.db   an SQLite file of your choice
+    sqlite:///abs/path/locks.db                an SQLite file of your choice
+    postgres://user:pass@host:5432/db          PostgreSQL
+    mysql://user:pass@host:3306/db             MySQL / MariaDB (also mariadb://)
+    redis://host:6379/0, rediss://…            Redis (one server; clusters through the Go API)
+    etcd://host1:2379,host2:2379/prefix        etcd (etcds:// for TLS)
+    zk://host1:2181,host2:2181/chroot          ZooKeeper
+    mongodb://host:27017/db?collection=locks   MongoDB (also mongodb+srv://)
+    opensearch://host:9200/index               OpenSearch / Elasticsearch
+                                               (elasticsearch://, …+https://)
+    spanner://projects/P/instances/I/databases/D   Cloud Spanner
+  Each store's package documentation lists its URL options.
 `
 
 const exitHelp = `Exit codes:
