@@ -70,7 +70,7 @@ func (r *recorder) check(log []fenced.Write, cfg Config, start, stop int64) *Res
 	checkFenced(log, byName, v)
 	checkTokens(r.ops, v)
 	for _, ops := range byName {
-		checkOverlaps(ops, v)
+		r.checkOverlaps(ops, v)
 	}
 	r.checkRegrants(byName, cfg, res)
 	return res
@@ -175,14 +175,15 @@ func checkTokens(ops []*Op, v *[]string) {
 // checkOverlaps checks the holders' own view of one name: the intervals
 // [grant, end) of exclusive holders overlap no other hold, and no more
 // semaphore holders than the limit overlap.
-func checkOverlaps(ops []*Op, v *[]string) {
+func (r *recorder) checkOverlaps(ops []*Op, v *[]string) {
 	slices.SortFunc(ops, func(a, b *Op) int { return cmp.Compare(a.Grant, b.Grant) })
 	var active []*Op // holds whose interval contains the current grant
 	for i, a := range ops {
 		for j := i + 1; j < len(ops) && ops[j].Grant < a.End; j++ {
 			if b := ops[j]; !a.Shared || !b.Shared {
-				*v = append(*v, fmt.Sprintf("overlap on %q: process %d (token %d, %s) held %s–%s, process %d (token %d, %s) held %s–%s",
-					a.Name, a.Proc, a.Token, kind(a), ms(a.Grant), ms(a.End), b.Proc, b.Token, kind(b), ms(b.Grant), ms(b.End)))
+				*v = append(*v, fmt.Sprintf("overlap on %q: process %d (token %d, %s, %s) held %s–%s, process %d (token %d, %s, %s) held %s–%s%s",
+					a.Name, a.Proc, a.Token, kind(a), a.Cause, ms(a.Grant), ms(a.End), b.Proc, b.Token, kind(b), b.Cause, ms(b.Grant), ms(b.End),
+					r.faultsNear([]int{a.Proc, b.Proc}, a.Grant-int64(10*time.Second), max(a.End, b.End))))
 			}
 		}
 		active = slices.DeleteFunc(active, func(b *Op) bool { return b.End <= a.Grant })

@@ -16,15 +16,18 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	restartAt := start + int64(r.cfg.Duration)*4/10
 	restarted := r.cfg.Store.Server == ""
 	var faults []func(*slot) // the kinds that apply to this store
+	var kinds []string
 	weights := []int{}
-	add := func(w int, f func(*slot)) { faults = append(faults, f); weights = append(weights, w) }
-	add(4, r.kill)
-	add(3, r.pause)
+	add := func(w int, kind string, f func(*slot)) {
+		faults, kinds, weights = append(faults, f), append(kinds, kind), append(weights, w)
+	}
+	add(4, FaultKill, r.kill)
+	add(3, FaultPause, r.pause)
 	if r.cfg.Store.Server != "" {
-		add(2, r.latency)
-		add(2, r.reset)
-		add(2, r.blackhole)
-		add(2, r.partition)
+		add(2, FaultLatency, r.latency)
+		add(2, FaultReset, r.reset)
+		add(2, FaultBlackhole, r.blackhole)
+		add(2, FaultPartition, r.partition)
 	}
 	var wg sync.WaitGroup
 	total := 0
@@ -53,7 +56,13 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			s.mu.Lock()
+			proc := s.proc
+			s.mu.Unlock()
+			from := Mono()
+			r.count(kinds[i])
 			faults[i](s)
+			r.rec.fault(kinds[i], s.id, proc, from, Mono())
 			s.mu.Lock()
 			s.busy = false
 			s.mu.Unlock()
@@ -122,7 +131,6 @@ func (r *runner) jitter(min, max time.Duration) time.Duration {
 
 // kill sends SIGKILL, then starts a new process in the slot.
 func (r *runner) kill(s *slot) {
-	r.count(FaultKill)
 	s.mu.Lock()
 	s.killed = true
 	cmd, proc, done := s.cmd, s.proc, s.done
@@ -140,7 +148,6 @@ func (r *runner) kill(s *slot) {
 // pause stops a worker with SIGSTOP, as a long GC pause would, mostly for
 // longer than the TTL, and resumes it with SIGCONT.
 func (r *runner) pause(s *slot) {
-	r.count(FaultPause)
 	d := r.jitter(r.cfg.TTL*13/10, r.cfg.TTL*5/2)
 	if r.intn(4) == 0 {
 		d = r.jitter(r.cfg.TTL/10, r.cfg.TTL/2)
@@ -154,20 +161,17 @@ func (r *runner) pause(s *slot) {
 }
 
 func (r *runner) latency(s *slot) {
-	r.count(FaultLatency)
 	s.proxy.SetLatency(r.jitter(20*time.Millisecond, 300*time.Millisecond))
 	time.Sleep(r.jitter(2*time.Second, 5*time.Second))
 	s.proxy.SetLatency(0)
 }
 
 func (r *runner) reset(s *slot) {
-	r.count(FaultReset)
 	s.proxy.Reset()
 	time.Sleep(r.cfg.TTL / 3) // the client reconnects before its next fault
 }
 
 func (r *runner) blackhole(s *slot) {
-	r.count(FaultBlackhole)
 	s.proxy.SetMode(Blackhole)
 	time.Sleep(r.jitter(r.cfg.TTL*12/10, r.cfg.TTL*2))
 	s.proxy.SetMode(Pass)
@@ -175,7 +179,6 @@ func (r *runner) blackhole(s *slot) {
 }
 
 func (r *runner) partition(s *slot) {
-	r.count(FaultPartition)
 	s.proxy.SetMode(Partition)
 	time.Sleep(r.jitter(r.cfg.TTL*12/10, r.cfg.TTL*2))
 	s.proxy.SetMode(Pass)
@@ -189,6 +192,7 @@ func (r *runner) restart(ctx context.Context) {
 	err := servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
 	to := Mono()
 	r.rec.restarted(from, to)
+	r.rec.fault(FaultRestart, -1, 0, from, to)
 	r.logf("%s: server restarted in %s", r.cfg.Store.Name, ms(to-from))
 	if err != nil {
 		r.fail(err)

@@ -2,6 +2,7 @@ package faultcheck
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -38,6 +39,7 @@ type recorder struct {
 	fails    map[string]int // Lock errors, by message
 	deaths   []death
 	restarts [][2]int64
+	faults   []faultSpan // for explaining violations
 	errs     []error
 }
 
@@ -122,4 +124,35 @@ func (r *recorder) restarted(from, to int64) {
 	r.mu.Lock()
 	r.restarts = append(r.restarts, [2]int64{from, to})
 	r.mu.Unlock()
+}
+
+// faultSpan is one fault, as injected.
+type faultSpan struct {
+	kind     string
+	worker   int // -1: the server
+	proc     int // the worker's process when the fault began
+	from, to int64
+}
+
+func (r *recorder) fault(kind string, worker, proc int, from, to int64) {
+	r.mu.Lock()
+	r.faults = append(r.faults, faultSpan{kind, worker, proc, from, to})
+	r.mu.Unlock()
+}
+
+// faultsNear describes the faults on the given processes, and the
+// server's, that overlap [from, to]. r.mu is held.
+func (r *recorder) faultsNear(procs []int, from, to int64) string {
+	out := ""
+	for _, f := range r.faults {
+		if f.to < from || f.from > to || (f.worker >= 0 && !slices.Contains(procs, f.proc)) {
+			continue
+		}
+		who := "server"
+		if f.worker >= 0 {
+			who = fmt.Sprintf("process %d", f.proc)
+		}
+		out += fmt.Sprintf("; %s of %s %s–%s", f.kind, who, ms(f.from), ms(f.to))
+	}
+	return out
 }

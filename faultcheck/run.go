@@ -242,6 +242,7 @@ func (r *runner) start(s *slot) error {
 		off := strconv.Itoa(days * 86400)
 		cmd = exec.Command("unshare", "--time", "--monotonic", off, "--boottime", off, r.cfg.Worker)
 		r.count(FaultClock)
+		r.rec.fault(FaultClock, s.id, proc, Mono(), Mono())
 	} else {
 		cmd = exec.Command(r.cfg.Worker)
 	}

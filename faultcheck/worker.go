@@ -111,7 +111,11 @@ func (w *worker) emit(e event) {
 func (w *worker) now() int64 { return Mono() - w.cfg.MonoOffset }
 
 func (w *worker) run(ctx context.Context) error {
-	opts := &baton.Options{TTL: w.cfg.TTL, MaxPoll: w.cfg.MaxPoll}
+	opts := &baton.Options{TTL: w.cfg.TTL, MaxPoll: w.cfg.MaxPoll, OnEvent: func(e baton.Event) {
+		// The worker's log (in the servers' logs directory) explains a
+		// violation: when each lease was renewed or lost.
+		fmt.Fprintf(os.Stderr, "%s pid %d: %s %s token %d %v\n", ms(w.now()), os.Getpid(), e.Kind, e.Name, e.Token, e.Err)
+	}}
 	var client *baton.Client
 	for {
 		// The store may be restarting: retry until it answers.
