@@ -72,3 +72,21 @@ func TestRegrantBound(t *testing.T) {
 		}
 	}
 }
+
+// A holder paused past its deadline and killed as soon as it resumed
+// stopped, by its own view, at its deadline: no overlap with the holder
+// granted meanwhile, and no death to time a re-grant from.
+func TestKilledAfterDeadline(t *testing.T) {
+	s := int64(time.Second)
+	r := newRecorder()
+	r.add(0, 1, event{K: "call", T: 0, Name: "x", Mode: "x"})
+	r.add(0, 1, event{K: "grant", T: 1 * s, Name: "x", Token: 1, End: 4 * s})
+	r.add(1, 2, event{K: "call", T: 0, Name: "x", Mode: "x"})
+	r.add(1, 2, event{K: "grant", T: 4 * s, Name: "x", Token: 2, End: 7 * s})
+	r.add(1, 2, event{K: "end", T: 5 * s, Name: "x", Token: 2, End: 5 * s})
+	r.exited(1, 6*s, "killed")
+	res := r.check(nil, Config{TTL: 3 * time.Second, MaxPoll: 100 * time.Millisecond}, 0, 10*s)
+	if len(res.Violations) > 0 || res.Deaths != 0 || len(res.Errors) > 0 {
+		t.Fatalf("%+v", res)
+	}
+}

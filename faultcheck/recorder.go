@@ -61,7 +61,7 @@ func (r *recorder) add(worker, proc int, e event) {
 		r.ops = append(r.ops, op)
 		r.open[proc] = op
 	case "grant":
-		op.Grant, op.Token, op.Granted = e.T, e.Token, true
+		op.Grant, op.Token, op.Granted, op.Deadline = e.T, e.Token, true, e.End
 	case "deadline":
 		op.Deadline = e.End
 	case "fail":

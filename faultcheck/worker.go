@@ -52,8 +52,9 @@ type event struct {
 	Mode  string `json:"m,omitempty"` // x or s
 	Limit int    `json:"l,omitempty"`
 	Token uint64 `json:"tok,omitempty"`
-	// End: when the holder stopped, by its own judgement: just before
-	// Release, or its lease's deadline if that came first.
+	// End: for "end", when the holder stopped, by its own judgement: just
+	// before Release, or its lease's deadline if that came first; for
+	// "grant" and "deadline", the lease's deadline.
 	End  int64  `json:"end,omitempty"`
 	Lost bool   `json:"lost,omitempty"` // the lease ended before the holder released it
 	OK   bool   `json:"ok,omitempty"`   // write accepted
@@ -167,9 +168,14 @@ func (w *worker) once(ctx context.Context, c *baton.Client) {
 		sleep(ctx, time.Duration(100+w.rng.IntN(300))*time.Millisecond) // not a spin while cut off
 		return
 	}
-	w.emit(event{K: "grant", Name: name, Token: l.Token()})
-	// Tell the harness the lease's deadline now and then, so that if we
-	// are killed it knows when we would have stopped anyway.
+	g := event{K: "grant", Name: name, Token: l.Token()}
+	if d := l.Deadline(); !d.IsZero() {
+		g.End = monoAt(d) - w.cfg.MonoOffset
+	}
+	w.emit(g)
+	// Tell the harness the lease's deadline with the grant and now and
+	// then, so that if we are killed it knows when we would have stopped
+	// anyway (a holder paused, resumed and killed before it looked).
 	hctx, cancelBeat := context.WithCancel(ctx)
 	beat := make(chan struct{})
 	stopBeat := func() { cancelBeat(); <-beat }
