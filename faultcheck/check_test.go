@@ -56,11 +56,11 @@ func TestChecksCatchViolations(t *testing.T) {
 // lock, and held to the bound.
 func TestRegrantBound(t *testing.T) {
 	s := int64(time.Second)
-	cfg := Config{TTL: time.Second, MaxPoll: 100 * time.Millisecond} // bound 5s
+	cfg := Config{TTL: time.Second, MaxPoll: 100 * time.Millisecond} // bound 6s
 	for _, c := range []struct {
 		next int64
 		bad  bool
-	}{{next: 3 * s}, {next: 9 * s, bad: true}} {
+	}{{next: 7 * s}, {next: 9 * s, bad: true}} {
 		r := newRecorder()
 		dead := &Op{Proc: 1, Name: "x", Token: 1, Call: 0, Grant: 1 * s, Granted: true}
 		r.ops = []*Op{dead, {Proc: 2, Name: "x", Token: 2, Call: 1 * s, Grant: c.next, End: c.next + s, Granted: true, Ended: true}}

@@ -76,7 +76,7 @@ func (r *Result) Markdown(command string) string {
 	row("exclusive holders killed while holding", r.Deaths)
 	row("re-grants measured after a holder's death", r.Regrants)
 	row("worst time to re-grant", r.WorstRegrant.Round(time.Millisecond))
-	row("bound (TTL + 10×MaxPoll + 3s; + downtime + TTL across a restart)", r.Bound)
+	row("bound (2×TTL + 10×MaxPoll + 3s; + downtime + TTL across a restart)", r.Bound)
 	row("violations", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "\n- violation: %s", v)
