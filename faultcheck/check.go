@@ -40,7 +40,7 @@ type Result struct {
 // next grant of its lock: the TTL (or session timeout), by when the store
 // lets the hold go; ten MaxPolls, by when queue entries of dead or cut-off
 // waiters ahead of the next holder have gone; and 3s for the machine.
-func Bound(ttl, maxPoll time.Duration) time.Duration { return ttl + 10*maxPoll + 3*time.Second }
+func Bound(ttl, maxPoll time.Duration) time.Duration { return 2*ttl + 10*maxPoll + 3*time.Second }
 
 // check checks the recorded history and the fenced resource's log.
 func (r *recorder) check(log []fenced.Write, cfg Config, start, stop int64) *Result {
