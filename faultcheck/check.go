@@ -38,8 +38,10 @@ type Result struct {
 
 // Bound is the stated bound on the time from the death of a holder to the
 // next grant of its lock: the TTL (or session timeout), by when the store
-// lets the hold go; ten MaxPolls, by when queue entries of dead or cut-off
-// waiters ahead of the next holder have gone; and 3s for the machine.
+// lets the hold go; another TTL, for a waiter whose turn came just as it
+// was paused or cut off (it is granted, or keeps its queue place, until its
+// own TTL or session runs out); ten MaxPolls, by when queue entries of
+// dead waiters have gone; and 3s for a loaded machine.
 func Bound(ttl, maxPoll time.Duration) time.Duration { return 2*ttl + 10*maxPoll + 3*time.Second }
 
 // check checks the recorded history and the fenced resource's log.
