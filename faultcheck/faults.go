@@ -189,7 +189,7 @@ func (r *runner) partition(s *slot) {
 func (r *runner) restart(ctx context.Context) {
 	r.count(FaultRestart)
 	from := Mono()
-	err := servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
+	err := Servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
 	to := Mono()
 	r.rec.restarted(from, to)
 	r.rec.fault(FaultRestart, -1, 0, from, to)

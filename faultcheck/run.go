@@ -126,11 +126,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if s := cfg.Store; s.Server != "" {
 		if len(s.ServerEnv) > 0 {
 			// Restart it so that it surely runs with those settings.
-			if err := servers(ctx, cfg.Servers, cfg.Dir, s, "down", s.Server); err != nil {
+			if err := Servers(ctx, cfg.Servers, cfg.Dir, s, "down", s.Server); err != nil {
 				return nil, err
 			}
 		}
-		if err := servers(ctx, cfg.Servers, cfg.Dir, s, "up", s.Server); err != nil {
+		if err := Servers(ctx, cfg.Servers, cfg.Dir, s, "up", s.Server); err != nil {
 			return nil, err
 		}
 		r.target = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))

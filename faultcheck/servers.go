@@ -13,9 +13,9 @@ import (
 // store modules' tests use, which the harness never touches.
 const DefaultDir = "/tmp/baton-faults"
 
-// servers runs scripts/servers (at script) with args for store s, on the
+// Servers runs scripts/servers (at script) with args for store s, on the
 // harness's own instance: its data in dir, its port s.Port.
-func servers(ctx context.Context, script, dir string, s Store, args ...string) error {
+func Servers(ctx context.Context, script, dir string, s Store, args ...string) error {
 	cmd := exec.CommandContext(ctx, script, args...)
 	cmd.Env = append(os.Environ(), "BATON_SERVERS_DIR="+dir, s.PortVar+"="+strconv.Itoa(s.Port))
 	cmd.Env = append(cmd.Env, s.ServerEnv...)
