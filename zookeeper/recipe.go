@@ -532,6 +532,13 @@ func (s *Store) judge(ctx context.Context, sess *session, req *driver.Request, n
 	}
 	for j := 0; j < i; j++ {
 		if cs[j].owner == req.Owner {
+			if drop, err := s.abandoned(ctx, sess, n.parent+"/"+cs[j].name); err != nil {
+				return nil, err
+			} else if drop {
+				cs = slices.Delete(cs, j, j+1)
+				i, j = i-1, j-1
+				continue
+			}
 			// The owner already has a node, made elsewhere (another
 			// store, or a create this store gave up on): that one counts.
 			if err := s.deleteNode(ctx, sess, n.path); err != nil {
@@ -561,6 +568,37 @@ func (s *Store) judge(ctx context.Context, sess *session, req *driver.Request, n
 	}
 	sess.setWait(k, w)
 	return nil, &driver.Busy{}
+}
+
+// abandoned deletes the node at p if it belongs to a session this store
+// has given up, and reports whether p is gone. Such a node must not be
+// adopted: the server may expire its session at any moment and grant the
+// lock to the next waiter, and the adopter would learn it only afterwards
+// (a Lock that retried after its session was judged lost once shared the
+// lock so, while its server restarted).
+func (s *Store) abandoned(ctx context.Context, sess *session, p string) (bool, error) {
+	var ok bool
+	var st *zk.Stat
+	err := s.do(ctx, sess, func(c *zk.Conn) (err error) {
+		ok, st, err = c.Exists(p)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return true, nil
+	}
+	if st.EphemeralOwner == sess.sessionID() || !s.gaveUp(st.EphemeralOwner) {
+		return false, nil
+	}
+	return true, s.deleteNode(ctx, sess, p)
+}
+
+func (s *Store) gaveUp(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.givenUp[id]
 }
 
 // adopt re-acquires the owner's node cs[j], made elsewhere.
@@ -774,6 +812,9 @@ func (s *Store) renew(ctx context.Context, sess *session, h driver.Hold) (*drive
 		}
 		if err != nil {
 			return nil, err
+		}
+		if st.EphemeralOwner != sess.sessionID() && s.gaveUp(st.EphemeralOwner) {
+			return nil, s.deleteNode(ctx, sess, p) // see abandoned
 		}
 		var d nodeData
 		if json.Unmarshal(raw, &d) == nil && d.ttl() != h.TTL {

@@ -126,6 +126,14 @@ func (sess *session) lose(err error) {
 	sess.mu.Unlock()
 	close(sess.done)
 	s := sess.s
+	if id != 0 {
+		s.mu.Lock()
+		if s.givenUp == nil {
+			s.givenUp = map[int64]bool{}
+		}
+		s.givenUp[id] = true
+		s.mu.Unlock()
+	}
 	if established && !errors.Is(err, ErrClosed) {
 		s.emit(Event{Kind: EventSessionExpired, SessionID: id, Server: server, Err: err})
 	}

@@ -271,9 +271,13 @@ type Store struct {
 	partitioned    atomic.Bool
 	dropAfterMulti atomic.Bool
 
-	mu          sync.Mutex
-	closed      bool
-	cur         *session
+	mu     sync.Mutex
+	closed bool
+	cur    *session
+	// given up holds the ids of sessions this store judged lost: their
+	// nodes may outlive that judgement on the server (an unreachable
+	// server expires the session later), and must never be adopted.
+	givenUp     map[int64]bool
 	changed     chan struct{} // closed and replaced when cur changes (caller-owned conns)
 	cleanup     map[string]time.Time
 	cleanupWake chan struct{}
