@@ -3,6 +3,7 @@ package faultcheck_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,7 +48,13 @@ func TestShort(t *testing.T) {
 			}
 		})
 	}
-	t.Log("\n" + faultcheck.Table(results))
+	table := faultcheck.Table(results)
+	t.Log("\n" + table)
+	// go test shows a passing package's output only with -v: keep the
+	// table where a CI run can print it.
+	if err := os.WriteFile(filepath.Join(faultcheck.DefaultDir, "short-run.txt"), []byte(table), 0o644); err != nil {
+		t.Error(err)
+	}
 }
 
 type testWriter struct{ t *testing.T }
