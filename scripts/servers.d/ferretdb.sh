@@ -1,20 +1,21 @@
 # shellcheck shell=bash
 # --- FerretDB 1.24 (MongoDB wire protocol, SQLite handler), for mongo/ ----
-# Built from the Go module proxy once and cached in $DIR/ferretdb/bin: the
+# Built from the Go module proxy once and cached in $BATON_TOOLS_DIR
+# (default /tmp/baton-tools, shared by every $DIR's instance): the
 # proxy refuses FerretDB's version list, so the exact version is fetched
 # into a scratch module and built from a writable copy of its module
 # directory, with the version file its build expects.
 FERRETDB_PORT=${BATON_FERRETDB_PORT:-27017}
 FERRETDB_VERSION=v1.24.0
 ferretdb_dir="$DIR/ferretdb"
-ferretdb_bin="$ferretdb_dir/bin/ferretdb-$FERRETDB_VERSION"
+ferretdb_bin="${BATON_TOOLS_DIR:-/tmp/baton-tools}/ferretdb-$FERRETDB_VERSION"
 ferretdb_install() {
   [ -x "$ferretdb_bin" ] && return 0
   command -v go >/dev/null || die "FerretDB is built with Go, which is not on PATH"
   log "building FerretDB $FERRETDB_VERSION from the Go module proxy (about two minutes)"
   local scratch="$ferretdb_dir/scratch" src="$ferretdb_dir/src" mod
   rm -rf "$scratch" "$src"
-  mkdir -p "$scratch" "$ferretdb_dir/bin"
+  mkdir -p "$scratch" "$(dirname "$ferretdb_bin")"
   (
     cd "$scratch" && export GOWORK=off GOFLAGS=-mod=mod &&
       go mod init scratch >/dev/null 2>&1 &&
