@@ -8,7 +8,8 @@
 //	BATON_SERVERS=$PWD/scripts/servers go run ./faultcheck/cmd/zkadopt
 //
 // It runs its own ZooKeeper (port 22191, /tmp/baton-zkadopt) and exits 1
-// when it sees two holders, 0 if it did not.
+// when it sees two holders, 0 if it did not. Since the zookeeper package's
+// fix (a node of a session it gave up is never adopted), it does not.
 package main
 
 import (
@@ -89,10 +90,10 @@ func run() error {
 	select {
 	case la = <-got:
 	case <-time.After(20 * time.Second):
-		return fmt.Errorf("A was not granted")
+		return fmt.Errorf("a was not granted the lock")
 	}
 	if la == nil {
-		return fmt.Errorf("A's Lock failed: not reproduced")
+		return fmt.Errorf("lock of a failed: not reproduced")
 	}
 	fmt.Printf("A granted token %d; its lease's deadline: %v (zero: none)\n", la.Token(), la.Deadline())
 	// A's network is now merely slow: its lease must still end before
