@@ -23,7 +23,7 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	}
 	add(4, FaultKill, r.kill)
 	add(3, FaultPause, r.pause)
-	if r.cfg.Store.Server != "" {
+	if r.target != "" { // it has proxies
 		add(2, FaultLatency, r.latency)
 		add(2, FaultReset, r.reset)
 		add(2, FaultBlackhole, r.blackhole)

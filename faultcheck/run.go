@@ -135,6 +135,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		r.target = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 		r.timeNS = s.TimeNS && timeNamespaces()
+	} else if s.Start != nil {
+		var err error
+		if r.target, err = s.Start(ctx); err != nil {
+			return nil, fmt.Errorf("faultcheck: starting %s: %w", s.Name, err)
+		}
+		r.timeNS = s.TimeNS && timeNamespaces()
 	}
 	// Open the store once directly, so that its schema exists before the
 	// workers race to create it.
@@ -248,6 +254,9 @@ func (r *runner) start(s *slot) error {
 	}
 	b, _ := json.Marshal(wc)
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+	if r.cfg.Store.Env != nil {
+		cmd.Env = append(cmd.Env, r.cfg.Store.Env(addr)...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := os.OpenFile(filepath.Join(r.cfg.Dir, "logs", fmt.Sprintf("faultcheck-%s-worker%d.log", r.cfg.Store.Name, s.id)),
 		os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
