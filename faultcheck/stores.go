@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"path/filepath"
+	"sync"
 	"time"
 
 	// Every store the harness can run, by URL scheme. A new store is one
