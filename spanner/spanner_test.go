@@ -33,10 +33,9 @@ import (
 // SPANNER_EMULATOR_HOST points at an emulator, where they create an
 // instance and a database of their own.
 var (
-	testDB    string
-	fake      bool
-	table     = fmt.Sprintf("baton_t_%08x", rand.Uint32())
-	testStart = time.Now()
+	testDB string
+	fake   bool
+	table  = fmt.Sprintf("baton_t_%08x", rand.Uint32())
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
