@@ -32,8 +32,7 @@
 //
 // # The ten stores
 //
-// How each store meets the contract (stores other than mem and SQLite are
-// designs until their packages land):
+// How each store meets the contract:
 //
 //	store          atomic decision                      clock                   token                      wakes waiters
 //	mem            mutex + lockstate                    process monotonic       per-name counter           channel per name
@@ -43,9 +42,9 @@
 //	Redis          one Lua script (PX, TIME)            Redis TIME              per-name INCR key          per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
 //	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
-//	MongoDB        unique-key insert of versioned docs  holder's observation    per-name version           polling (change streams where real MongoDB)
-//	Elasticsearch  if_seq_no/if_primary_term CAS        holder's observation    per-name counter in doc    polling
-//	Spanner        read-write txn, conditional UPDATE   commit timestamps       commit timestamp           polling
+//	MongoDB        unique-key insert of (name, ticket)  holder's observation    the ticket                 polling
+//	Elasticsearch  if_seq_no/if_primary_term CAS        server's ctx._now       per-name counter in doc    polling the doc's version
+//	Spanner        read-write txn, versioned mutations  commit timestamps       commit timestamp (µs)      polling
 //
 // "Holder's observation" means a waiter judges a record expired only after
 // seeing it unchanged for its TTL on its own monotonic clock (client-go's
