@@ -134,14 +134,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		r.target = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		r.timeNS = s.TimeNS && timeNamespaces()
 	} else if s.Start != nil {
 		var err error
 		if r.target, err = s.Start(ctx); err != nil {
 			return nil, fmt.Errorf("faultcheck: starting %s: %w", s.Name, err)
 		}
-		r.timeNS = s.TimeNS && timeNamespaces()
 	}
+	r.timeNS = cfg.Store.TimeNS && timeNamespaces()
 	// Open the store once directly, so that its schema exists before the
 	// workers race to create it.
 	c, err := baton.Open(ctx, cfg.Store.URL(r.target, cfg.Dir, cfg.TTL), nil)

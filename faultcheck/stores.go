@@ -79,14 +79,13 @@ type Store struct {
 	// addr, for stores that take their endpoint from there.
 	Env func(addr string) []string
 	// TimeNS says workers may run in a time namespace whose monotonic and
-	// boot clocks are offset from the machine's. Not for stores whose clock
-	// is the machine's monotonic clock, shared by all processes (SQLite).
+	// boot clocks are offset from the machine's.
 	TimeNS bool
 }
 
 // Stores is the table of stores, in the order TestShort runs them.
 var Stores = []Store{
-	{Name: "sqlite", URL: func(_, dir string, _ time.Duration) string {
+	{Name: "sqlite", TimeNS: true, URL: func(_, dir string, _ time.Duration) string {
 		return "sqlite://" + filepath.Join(dir, "sqlite", "faultcheck.db")
 	}},
 	{Name: "postgres", Server: "postgres", PortVar: "BATON_PG_PORT", Port: 25432, TimeNS: true,

@@ -62,9 +62,11 @@
 // kept; Open fails if the boot id cannot be read. A state that has an
 // entry renewed later than now (the clock restarted) is treated the same.
 // Every process using a file must therefore run on the same kernel:
-// containers on one host share its clock and boot id, but not processes
-// in separate time namespaces or virtual machines. Do not share the file
-// over a network file system, which SQLite does not support anyway.
+// containers on one host share its clock and boot id (a process in a time
+// namespace of its own reads the clock shifted, and the store takes its
+// namespace's offset off, from /proc/self/timens_offsets), but virtual
+// machines do not. Do not share the file over a network file system, which
+// SQLite does not support anyway.
 //
 // Times reported by the store (Grant, List, Purge) are converted to the
 // wall clock for display; the time left (Holder.Left) is computed on the
