@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +62,7 @@ func main() {
 	clients := flag.Int("clients", 8, "contending clients")
 	dur := flag.Duration("d", 5*time.Second, "contended run length")
 	handoffs := flag.Int("handoffs", 40, "hand-off samples")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
 	if *childSpec != "" {
@@ -69,6 +71,18 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if len(ts) == 0 {
 		fmt.Fprintln(os.Stderr, "bench: give at least one -target KIND=URL; kinds: "+kindNames())

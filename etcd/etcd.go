@@ -253,6 +253,9 @@ type Store struct {
 	// orphans are keys of this store whose release failed, with their
 	// create revision: the session's goroutine deletes them later.
 	orphans map[string]int64
+	// streams holds the idle watch that keeps each gRPC watch stream open
+	// (see keepStream).
+	streams map[string]clientv3.WatchChan
 }
 
 type heldKey struct {
