@@ -270,6 +270,10 @@ type pendingKey struct {
 	sess    *session // the session the key was last bound to
 	watched bool     // Watch was called since the last attempt
 	woke    int64    // revision of the deletion that ended the last Wait
+	// granted is the key as it was when its blocker's deletion (at woke)
+	// granted it, seen by a watch that would have seen the key's own
+	// deletion first (see watch.Wait); nil if the next attempt must read.
+	granted *entry
 }
 
 // New returns a Store over cli, which the caller owns: Close does not

@@ -616,3 +616,67 @@ func TestFailedReleaseIsCleanedUp(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// A waiter second in line is granted by its blocker's deletion without a
+// read, unless its own key went first: here another client releases the
+// waiter's queue entry (by its owner) while it waits, and a third client
+// queues. Whatever the order they are granted in, they never overlap.
+func TestOwnKeyGoneWhileWaiting(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	name := "own-gone"
+	ch, cw, cx, cz := client(t, open(t, nil)), client(t, open(t, nil)), client(t, open(t, nil)), client(t, open(t, nil))
+	h, err := ch.Lock(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func(owner string) bool {
+		ls, err := cx.Status(ctx, &baton.Filter{Name: name, Queued: true})
+		if err != nil {
+			t.Error(err)
+		}
+		for _, l := range ls {
+			if l.Queued && (owner == "" || l.Owner == owner) {
+				return true
+			}
+		}
+		return false
+	}
+	var mu sync.Mutex
+	holding := 0
+	var wg sync.WaitGroup
+	hold := func(c *baton.Client, o *baton.LockOptions) {
+		defer wg.Done()
+		l, err := c.Lock(ctx, name, o)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		holding++
+		if holding > 1 {
+			t.Errorf("two holders at once")
+		}
+		mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		holding--
+		mu.Unlock()
+		l.Release(ctx)
+	}
+	wg.Add(1)
+	go hold(cw, &baton.LockOptions{Owner: "waiter-w"})
+	for !queued("waiter-w") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // its watch is set
+	if err := cx.Release(ctx, name, "waiter-w"); err != nil && !errors.Is(err, baton.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go hold(cz, nil)
+	time.Sleep(200 * time.Millisecond)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}

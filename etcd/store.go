@@ -68,10 +68,23 @@ func (s *Store) acquire(ctx context.Context, req *driver.Request, sess *session)
 		return nil, &driver.Busy{}
 	}
 	var woke int64
+	var given *entry
 	if p != nil {
 		woke, p.woke = p.woke, 0
+		given, p.granted = p.granted, nil
 	}
 	s.mu.Unlock()
+	if e := given; e != nil && p.sess == sess && e.lease == sess.id && e.rev == p.rev && e.v.sameAs(req) &&
+		e.exclusive() == (req.Mode == driver.Exclusive) && e.v.Limit == req.Limit {
+		// Granted by the deletion its Wait saw: no read needed (the key
+		// still exists in this session, or its deletion would have come
+		// first on the same watch).
+		s.mu.Lock()
+		delete(s.pending, key)
+		s.held[key] = heldKey{rev: e.rev, sess: sess}
+		s.mu.Unlock()
+		return &driver.Grant{Token: uint64(e.rev), Created: e.v.Created, Renewed: now, Session: sess}, nil
+	}
 	if p != nil {
 		// Queued by this store: its key most likely exists, and a read
 		// (no raft write, no fsync) tells whether it is granted now. After

@@ -74,9 +74,20 @@ func (w *watch) Wait(ctx context.Context) error {
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		opts := []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
 		target := b.key
+		// sole: the blocker is all that keeps the request out. Then the
+		// watch covers the request's own key too (the key range between
+		// the two: it may carry deletions of other keys, which are
+		// skipped), and, since one watch delivers events in revision
+		// order, the blocker's deletion seen before any of the own key's
+		// is a grant, which the next attempt takes without a read.
+		sole := target != "" && soleBlocker(es, i)
 		if target == "" {
 			target = s.nameRange(w.name)
 			opts = append(opts, clientv3.WithPrefix(), clientv3.WithPrevKV())
+		} else if sole {
+			lo, hi := min(b.key, w.key), max(b.key, w.key)
+			target = lo
+			opts = append(opts, clientv3.WithRange(hi+"\x00"))
 		}
 		wch := s.cli.Watch(wctx, target, opts...)
 		wrev, ok := created(ctx, wch)
@@ -118,12 +129,20 @@ func (w *watch) Wait(ctx context.Context) error {
 			es, rev = es2, rev2
 			continue
 		}
-		woke, err := block(ctx, wch, b2, rev2, es2[i].rev, sessDone)
+		own := ""
+		if sole && soleBlocker(es2, i) {
+			own = w.key
+		}
+		woke, err := block(ctx, wch, b2, own, rev2, es2[i].rev, sessDone)
 		wcancel()
 		if woke > 0 {
 			s.mu.Lock()
 			if p := s.pending[w.key]; p != nil {
 				p.woke = woke
+				if own != "" {
+					e := es2[i]
+					p.granted = &e
+				}
 			}
 			s.mu.Unlock()
 		}
@@ -163,10 +182,30 @@ func created(ctx context.Context, wch clientv3.WatchChan) (int64, bool) {
 	}
 }
 
+// soleBlocker reports whether the i-th key would be granted without its
+// blocker (the key judge names): no other key before it keeps it out, and
+// none can come before it later (create revisions only grow).
+func soleBlocker(es []entry, i int) bool {
+	_, b := judge(es, i)
+	if b.key == "" {
+		return false
+	}
+	rest := make([]entry, 0, i)
+	for _, e := range es[:i+1] {
+		if e.key != b.key {
+			rest = append(rest, e)
+		}
+	}
+	granted, _ := judge(rest, len(rest)-1)
+	return granted
+}
+
 // block waits for the deletion of b's key, or for b.need deletions of keys
 // created before myRev, after revision rev. It returns the revision of the
 // deletion that unblocked the request (0 if something else ended the wait).
-func block(ctx context.Context, wch clientv3.WatchChan, b blocker, rev, myRev int64, sessDone <-chan struct{}) (int64, error) {
+// With own set, the watch also covers keys other than b's (skipped), and
+// the deletion of own, the request's key, ends the wait with 0.
+func block(ctx context.Context, wch clientv3.WatchChan, b blocker, own string, rev, myRev int64, sessDone <-chan struct{}) (int64, error) {
 	deleted := 0
 	for {
 		select {
@@ -183,6 +222,14 @@ func block(ctx context.Context, wch clientv3.WatchChan, b blocker, rev, myRev in
 					continue
 				}
 				if b.key != "" {
+					switch k := string(ev.Kv.Key); {
+					case k == b.key:
+						return ev.Kv.ModRevision, nil
+					case k == own:
+						return 0, nil // gone: the next attempt queues again
+					case own != "":
+						continue // another key in the watched range
+					}
 					return ev.Kv.ModRevision, nil
 				}
 				if ev.PrevKv == nil || ev.PrevKv.CreateRevision < myRev {
