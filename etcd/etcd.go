@@ -116,6 +116,16 @@
 // concurrency.Mutex near ten acquisitions a second per waiter). Only the
 // waiter a deletion unblocks wakes: there is no herd.
 //
+// When the blocker is all that keeps the request out (it is second in
+// line), the watch covers the key range from the blocker's key to the
+// request's own (skipping deletions of other keys in between): one watch
+// delivers its events in revision order, so the blocker's deletion, seen
+// before any deletion of the request's own key (a lost session, or a
+// Release by its owner elsewhere), grants the request at that revision,
+// and its next attempt returns the grant without reading. Each Store keeps
+// one idle watch open on its gRPC watch stream, which the client would
+// otherwise close and reopen around every wait.
+//
 // # Cost
 //
 // An uncontended Lock is one transaction that writes (the key's creation,
@@ -125,9 +135,10 @@
 // transaction). A refused attempt leaves the key in place; the waiter then
 // creates one watch per wait and reads the name's keys once more (a
 // serializable read, when the member it reaches is up to date), and its
-// next attempt after a wake-up is a read, not a write. The hand-off from a
-// release to the next holder is thus the release's commit, the watch event
-// and one read. Keepalives cost one call per third of SessionTTL per
+// next attempt after a wake-up is a read, not a write (and not even that
+// for a waiter that was second in line). The hand-off from a release to
+// the next holder is thus the release's commit, the watch event and at
+// most one read. Keepalives cost one call per third of SessionTTL per
 // Store. List without a name reads every key of the prefix (or of the
 // name prefix).
 //

@@ -680,3 +680,34 @@ func TestOwnKeyGoneWhileWaiting(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkServerFloor measures what bounds any lock's hand-off on this
+// etcd, whatever its design: one durable write (the holder's release; a
+// Put and a Delete per op, so ns/op is two writes) and one serializable
+// read (the waiter's check, when it needs one). BENCHMARKS.md quotes it.
+func BenchmarkServerFloor(b *testing.B) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoint(b), ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	key := prefix + "floor"
+	b.Run("put+delete", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := cli.Put(ctx, key, "v"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := cli.Delete(ctx, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("serializable-get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := cli.Get(ctx, key, clientv3.WithSerializable()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
