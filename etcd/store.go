@@ -69,12 +69,15 @@ func (s *Store) acquire(ctx context.Context, req *driver.Request, sess *session)
 	}
 	var woke int64
 	var given *entry
+	var psess *session
+	var prev int64
 	if p != nil {
 		woke, p.woke = p.woke, 0
 		given, p.granted = p.granted, nil
+		psess, prev = p.sess, p.rev
 	}
 	s.mu.Unlock()
-	if e := given; e != nil && p.sess == sess && e.lease == sess.id && e.rev == p.rev && e.v.sameAs(req) &&
+	if e := given; e != nil && psess == sess && e.lease == sess.id && e.rev == prev && e.v.sameAs(req) &&
 		e.exclusive() == (req.Mode == driver.Exclusive) && e.v.Limit == req.Limit {
 		// Granted by the deletion its Wait saw: no read needed (the key
 		// still exists in this session, or its deletion would have come

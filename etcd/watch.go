@@ -243,6 +243,9 @@ func block(ctx context.Context, wch clientv3.WatchChan, b blocker, own string, r
 	}
 }
 
+// maxKeptStreams bounds the watch streams keepStream keeps open.
+const maxKeptStreams = 4
+
 // keepStream keeps one idle watch open on the gRPC watch stream that the
 // waits of ctx share (the client keys its streams by the context's
 // outgoing metadata, here WithRequireLeader's, and closes a stream with its
@@ -275,6 +278,11 @@ func (s *Store) keepStream(ctx context.Context) {
 	}
 	if s.streams == nil {
 		s.streams = map[string]clientv3.WatchChan{}
+	}
+	if len(s.streams) >= maxKeptStreams {
+		// Contexts that each carry other metadata get a stream each:
+		// keep a few, not one per request.
+		return
 	}
 	s.streams[key] = nil
 	s.wg.Add(1)
