@@ -18,6 +18,11 @@
 // other kinds are peer libraries, registered by the files of this package
 // (see kinds). "procs:KIND=URL" runs each client in a process of its own
 // (see procs.go). Output is a Markdown table, one row per target.
+//
+// This machine's speed drifts by tens of percent within a minute, so that
+// one run of two targets can rank them either way. -rounds R measures the
+// targets R times, in turn (A B A B …), and ends with a table of each
+// figure's median over the rounds: compare those.
 package main
 
 import (
@@ -63,6 +68,7 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "contended run length")
 	handoffs := flag.Int("handoffs", 40, "hand-off samples")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	rounds := flag.Int("rounds", 1, "measure the targets this many times, in turn, and end with the medians")
 	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
 	if *childSpec != "" {
@@ -91,6 +97,7 @@ func main() {
 	fmt.Printf("go %s, %s/%s, %d CPUs, %s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
 	fmt.Println("|---|---|---|---|")
+	var targets []Target
 	for _, spec := range ts {
 		kind, url, ok := strings.Cut(spec, "=")
 		var t Target
@@ -105,12 +112,61 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: target %q is not [procs:]KIND=URL with a known kind (%s)\n", spec, kindNames())
 			os.Exit(2)
 		}
-		row, err := measure(t, *n, *clients, *dur, *handoffs)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", t.Name, err)
-			os.Exit(1)
+		targets = append(targets, t)
+	}
+	all := make([][]result, len(targets))
+	for range max(*rounds, 1) {
+		for i, t := range targets {
+			r, err := measure(t, *n, *clients, *dur, *handoffs)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", t.Name, err)
+				os.Exit(1)
+			}
+			all[i] = append(all[i], r)
+			fmt.Println(r.row(t.Name))
 		}
-		fmt.Println(row)
+	}
+	if *rounds > 1 {
+		fmt.Printf("\nMedians of %d rounds:\n\n", *rounds)
+		fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
+		fmt.Println("|---|---|---|---|")
+		for i, t := range targets {
+			fmt.Println(median(all[i]).row(t.Name))
+		}
+	}
+}
+
+// result is one measurement of one target.
+type result struct {
+	p50, p99       time.Duration // uncontended
+	opsPerSec      float64       // contended
+	minOps, maxOps int           // per client
+	hoP50, hoP95   time.Duration // hand-off
+}
+
+func (r result) row(name string) string {
+	return fmt.Sprintf("| %s | %.0f/%.0f | %.0f (%d–%d) | %.2f/%.2f |", name,
+		us(r.p50), us(r.p99), r.opsPerSec, r.minOps, r.maxOps, ms(r.hoP50), ms(r.hoP95))
+}
+
+// median takes the median of each figure on its own.
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return result{
+		p50:       time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:       time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+		opsPerSec: pick(func(r result) float64 { return r.opsPerSec }),
+		minOps:    int(pick(func(r result) float64 { return float64(r.minOps) })),
+		maxOps:    int(pick(func(r result) float64 { return float64(r.maxOps) })),
+		hoP50:     time.Duration(pick(func(r result) float64 { return float64(r.hoP50) })),
+		hoP95:     time.Duration(pick(func(r result) float64 { return float64(r.hoP95) })),
 	}
 }
 
@@ -151,24 +207,24 @@ func (b batonLocker) Lock(ctx context.Context, name string) (func() error, error
 
 func (b batonLocker) Close() error { return b.c.Close() }
 
-func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string, error) {
+func measure(t Target, n, clients int, dur time.Duration, handoffs int) (result, error) {
 	ctx := context.Background()
 	run := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 
 	// (a) uncontended
 	l, err := t.New(ctx)
 	if err != nil {
-		return "", err
+		return result{}, err
 	}
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		rel, err := l.Lock(ctx, run+"/a")
 		if err != nil {
-			return "", err
+			return result{}, err
 		}
 		if err := rel(); err != nil {
-			return "", err
+			return result{}, err
 		}
 		lat = append(lat, time.Since(start))
 	}
@@ -178,7 +234,7 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 	ls := make([]Locker, clients)
 	for i := range ls {
 		if ls[i], err = t.New(ctx); err != nil {
-			return "", err
+			return result{}, err
 		}
 	}
 	counts := make([]int, clients)
@@ -212,10 +268,10 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return "", firstErr
+		return result{}, firstErr
 	}
 	if v := violations.Load(); v > 0 {
-		return "", fmt.Errorf("MUTUAL EXCLUSION VIOLATED %d times", v)
+		return result{}, fmt.Errorf("MUTUAL EXCLUSION VIOLATED %d times", v)
 	}
 	total := 0
 	for _, c := range counts {
@@ -227,7 +283,7 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 	for i := 0; i < handoffs; i++ {
 		rel, err := ls[0].Lock(ctx, run+"/c")
 		if err != nil {
-			return "", err
+			return result{}, err
 		}
 		got := make(chan time.Time, 1)
 		released := make(chan error, 1)
@@ -242,20 +298,21 @@ func measure(t Target, n, clients int, dur time.Duration, handoffs int) (string,
 		time.Sleep(20 * time.Millisecond) // let the waiter block
 		start := time.Now()
 		if err := rel(); err != nil {
-			return "", err
+			return result{}, err
 		}
 		ho = append(ho, (<-got).Sub(start))
 		if err := <-released; err != nil {
-			return "", err
+			return result{}, err
 		}
 	}
 	for _, l := range ls {
 		l.Close()
 	}
-	return fmt.Sprintf("| %s | %.0f/%.0f | %.0f (%d–%d) | %.2f/%.2f |", t.Name,
-		us(pct(lat, 50)), us(pct(lat, 99)),
-		float64(total)/dur.Seconds(), slices.Min(counts), slices.Max(counts),
-		ms(pct(ho, 50)), ms(pct(ho, 95))), nil
+	return result{
+		p50: pct(lat, 50), p99: pct(lat, 99),
+		opsPerSec: float64(total) / dur.Seconds(), minOps: slices.Min(counts), maxOps: slices.Max(counts),
+		hoP50: pct(ho, 50), hoP95: pct(ho, 95),
+	}, nil
 }
 
 func pct(ds []time.Duration, p int) time.Duration {

@@ -39,7 +39,7 @@
 //	SQLite         BEGIN IMMEDIATE + lockstate          machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
 //	PostgreSQL     one server-side function call        clock_timestamp()       per-name counter (row)     LISTEN/NOTIFY
 //	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
-//	Redis          one Lua script (PX, TIME)            Redis TIME              per-name INCR key          per-waiter list, BLPOP
+//	Redis          one Lua script (hash + sorted set)   Redis TIME              per-name INCR key          grant pushed to a per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
 //	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
 //	MongoDB        unique-key insert of (name, ticket)  holder's observation    the ticket                 polling

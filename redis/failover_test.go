@@ -15,6 +15,21 @@ import (
 	batonredis "github.com/baton-go/baton/redis"
 )
 
+// startPair starts a master and a replica of it, of the test's own, and
+// returns once the replica is in sync.
+func startPair(t testing.TB) (master, replica string) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	master = startServer(t, "--repl-diskless-sync-delay", "0")
+	replica = startServer(t, "--replicaof", strings.Replace(master, ":", " ", 1))
+	r := rawClient(t, replica)
+	waitFor(t, "the replica to sync", func() bool {
+		info, _ := r.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	return master, replica
+}
+
 func storeOn(t testing.TB, addr string) *batonredis.Store {
 	t.Helper()
 	s, err := batonredis.Open(context.Background(), "redis://"+addr+"/0", nil)
@@ -33,21 +48,8 @@ func TestFailover(t *testing.T) {
 		t.Skip("starts servers")
 	}
 	ctx := ctxFor(t, 30*time.Second)
-	master := startServer(t, "--repl-diskless-sync-delay", "0")
-	replica := startServer(t, "--replicaof", strings.Replace(master, ":", " ", 1))
-	r := redis.NewClient(&redis.Options{Addr: replica})
-	defer r.Close()
-	for {
-		info, _ := r.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the replica did not sync")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	master, replica := startPair(t)
+	r := rawClient(t, replica)
 	m := storeOn(t, master)
 	req := func(name, owner string) *driver.Request {
 		return &driver.Request{Name: name, Owner: owner, Mode: driver.Exclusive, TTL: time.Minute}

@@ -23,13 +23,13 @@ func (s *Store) base(name string) string {
 	return b.String()
 }
 
-func (s *Store) stateKey(name string) string { return s.base(name) + "s" }
+func (s *Store) stateKey(name string) string { return s.base(name) + "r" }
 
 // isStateKey reports whether key, found by SCAN, is a state key of this
-// store's prefix (and not, say, a mailbox of an owner called "s").
+// store's prefix (and not, say, a mailbox of an owner called "r").
 func (s *Store) isStateKey(key string) bool {
 	rest, ok := strings.CutPrefix(key, s.prefix+":{")
-	if !ok || len(rest) != tagLen+3 || rest[tagLen:] != "}:s" {
+	if !ok || len(rest) != tagLen+3 || rest[tagLen:] != "}:r" {
 		return false
 	}
 	for _, c := range []byte(rest[:tagLen]) {
@@ -52,7 +52,7 @@ func (s *Store) scanPattern() string {
 	}
 	b.WriteString(":{")
 	b.WriteString(strings.Repeat("?", tagLen))
-	b.WriteString("}:s")
+	b.WriteString("}:r")
 	return b.String()
 }
 

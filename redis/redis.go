@@ -15,8 +15,9 @@
 //	client, err := baton.New(batonredis.New(rdb, nil), nil)
 //
 // It needs Redis 5 or later (it is tested with Redis 7.0), or a server that
-// runs Redis's Lua scripts with the same libraries (cmsgpack), TIME and
-// writes after TIME in scripts (replication of scripts by their effects).
+// runs Redis's Lua scripts with the same libraries (struct), TIME and
+// writes after TIME in scripts (replication of scripts by their effects,
+// the default since Redis 5).
 //
 // # URL
 //
@@ -37,24 +38,33 @@
 // Every key of a lock name starts with "<prefix>:{<tag>}:", where the tag
 // is 32 hex digits of the SHA-256 of the name: names may hold any bytes,
 // braces included, and the keys of one name always share a cluster hash
-// slot. The name itself is kept in the state, so that listings report it.
+// slot. The name itself is kept in the hash, so that listings report it.
 //
-//	<prefix>:{<tag>}:s          the name's holders and queue (MessagePack), while anyone holds or waits
+//	<prefix>:{<tag>}:r          HASH: the name, a summary, and an entry per holder and queued owner
+//	<prefix>:{<tag>}:q          ZSET: the queue, owner → ticket
 //	<prefix>:{<tag>}:c          the name's fencing counter (INCR)
-//	<prefix>:{<tag>}:w:<owner>  the wake-up mailbox of a queued owner (a list of one item)
+//	<prefix>:{<tag>}:w:<owner>  the mailbox of a queued owner (a list)
 //
-// The state key expires Linger after its last holder or queue entry would
-// have expired, and is deleted when the last one is released, so that names
-// nobody uses any more clean themselves up. Mailboxes expire after their
-// owner's queue TTL. The counter never expires and Purge never deletes it,
-// so that tokens keep growing: every name ever locked costs one small key
-// (a string of ~50 bytes plus Redis's per-key overhead, about 100 bytes in
-// all) for as long as the database lives. Use a Prefix per application, and
-// delete "<prefix>:*" yourself only when no one will use those locks again.
+// The hash and the queue expire Linger after the last entry would have
+// expired, or up to that entry's TTL later (their expiry is moved only
+// when an entry outlives it, and then by twice as much), and are deleted
+// when the last entry is released, so that names nobody uses any more
+// clean themselves up. Mailboxes expire after their owner's queue TTL.
+// The counter never expires and Purge never deletes it, so that tokens
+// keep growing: every name ever locked costs one small key (a string of
+// ~50 bytes plus Redis's per-key overhead, about 100 bytes in all) for as
+// long as the database lives. Use a Prefix per application, and delete
+// "<prefix>:*" yourself only when no one will use those locks again.
 //
 // Run Redis with maxmemory-policy noeviction or a volatile-* policy: an
-// allkeys-* policy may evict a counter (tokens then start over) or a state
+// allkeys-* policy may evict a counter (tokens then start over) or a hash
 // (its holders vanish, and someone else is granted the lock at once).
+//
+// This layout replaced, before baton's first release, one that kept a
+// name's whole state in one string (<prefix>:{<tag>}:s). The two do not
+// see each other's holders: stop every process of the old layout before
+// one of the new takes locks of the same prefix. The counters are shared,
+// so tokens keep growing across the change.
 //
 // # Scripts and time
 //
@@ -66,13 +76,17 @@
 // exclusive requests need no holders and nobody queued ahead; shared ones
 // no exclusive holder, no exclusive request queued ahead and, with a limit
 // L, fewer than L holders and shared requests ahead; a waiting request
-// keeps its FIFO place, refreshed once half its queue TTL is used. A batch
-// of Renew or Release whose names fall in several cluster slots runs one
-// script per slot, pipelined, still one round trip. List and Purge without
-// a name SCAN the keyspace (every master of a cluster) for state keys of
-// the prefix, then read them with one script per slot and per 256 names,
-// pipelined: their cost grows with the size of the database, not just with
-// the number of locks.
+// keeps its FIFO place, refreshed once half its queue TTL is used. An
+// operation reads its own entry and the summary (counts, and bounds of the
+// earliest and latest expiries), not the whole state: expired entries are
+// looked for only once the clock passes the earliest expiry. TestModel
+// runs random requests against the scripts and against lockstate and
+// compares every outcome. A batch of Renew or Release whose names fall in
+// several cluster slots runs one script per slot, pipelined, still one
+// round trip. List and Purge without a name SCAN the keyspace (every
+// master of a cluster) for hashes of the prefix, then read them with one
+// script per slot and per 256 names, pipelined: their cost grows with the
+// size of the database, not just with the number of locks.
 //
 // Expiry is judged by the clock of the Redis server (TIME, read inside the
 // scripts, which Redis replicates by their effects), never by the clients'.
@@ -80,52 +94,47 @@
 // old one, holds last longer; if it is ahead, they end sooner, by the
 // difference. Keep the servers' clocks synchronised (NTP).
 //
-// # Waking waiters
+// # Hand-off
 //
-// The store implements driver.Waiter with mailboxes: whenever a script
-// removes a holder or queue entry (release, expiry noticed, purge), it
-// pushes a token into the mailbox list of each queued owner that may now be
-// granted (the head of the queue, or the run of shared requests at its head
-// that fit), and a waiting Lock blocks in BLPOP on its own mailbox until
-// then. Only the waiters that can win are woken, in FIFO order: no
-// thundering herd, no polling. A token stays in the list until its owner
-// takes it, so a wake-up that comes between an attempt and the next wait is
-// not lost. Pub/sub (sharded or not) would lose it, unless every waiter
-// subscribed before its first attempt, at the cost of a round trip and of a
-// connection per waiter, and it delivers every message to every
-// subscriber of a channel. A hold that expires without a script noticing
-// wakes nobody: baton tries again on its own when the store's Busy reply
-// said the first holder would expire.
+// The server hands the lock over. Whenever a script removes a holder or
+// queue entry (a release, an expiry it notices, a purge, a waiter that
+// gives up), it grants the queued requests that the rules now let in, in
+// FIFO order (the exclusive head, or the run of shared requests at the head
+// that fit their limits), and pushes each grant (token, time, expiry) into
+// its owner's mailbox, where the waiting Lock blocks in BLPOP. A hand-off
+// therefore costs the releasing holder's one script and one reply to the
+// waiter, with no round trip of the waiter's own: no thundering herd, no
+// polling. A grant stays in the mailbox until its owner takes it, so one
+// that comes between the refused attempt and the BLPOP is not lost.
+// Pub/sub would lose it, and delivers every message to every subscriber of
+// a channel. A hold that expires without a script noticing hands nothing
+// over: baton tries again on its own when the store's Busy reply said the
+// first holder would expire, and that attempt hands the lock to the head
+// of the queue.
 //
-// The waiter sends its BLPOP in one pipeline with the server's TIME before
-// it and its next attempt after it, which the server runs as soon as the
-// BLPOP returns: a hand-off from a releasing holder to the next waiter
-// costs the release and one reply, with no round trip of the waiter's own.
-// That attempt changes nothing unless its owner is still queued (so one
-// that arrives after the Lock ended is harmless; closing the watch takes
-// the owner out of the queue and unblocks the BLPOP). The grant it may
-// bring is kept for baton's next Acquire call, which returns it at once,
-// but only when that is provably safe: baton counts a lease from the moment
-// it calls Acquire, later than the moment the server granted it, so such a
-// grant lasts a little longer in the store than its TTL (1/20 of it, at
-// most 50ms), and it is handed out only if the time between the pipeline's
-// sending and the Acquire call, less the time the server says the BLPOP
-// blocked (taken 1% short, for clocks running at different rates), fits in
-// that extra time. Otherwise Acquire asks the server again, which extends
-// the hold and counts its TTL anew.
+// baton counts a lease from the moment it calls Acquire, later than the
+// moment the server granted it, so a handed-over grant lasts a little
+// longer in the store than its TTL (1/20 of it, at least 1ms and at most
+// 50ms), and it is handed out only if the time between the refused
+// attempt (or a TIME sent with the BLPOP) and the Acquire call, less the
+// time the server says passed until the grant (taken 1% short, for clocks
+// running at different rates), fits in that extra time. Otherwise Acquire
+// asks the server again, which finds the owner holding, extends the hold
+// and counts its TTL anew.
+//
+// A waiter that dies while queued may be handed the lock before its queue
+// entry expires (10×MaxPoll after its last attempt): the lock then stays
+// with it until that hold's TTL runs out, as it would with a holder that
+// died. A waiter whose Lock gives up takes itself out of the queue, and
+// releases a grant it was handed meanwhile.
 //
 // A blocked BLPOP holds a connection of the go-redis pool, and blocks for
 // at most two seconds (less if the client's read timeout is under 2.7s;
 // fractions of a second need Redis 6). At most Options.MaxWaiters of them
 // block at once per Store (half the pool by default), so that renewals
-// always find a connection; further waiters wait for a turn, and find their
-// token then, up to two seconds late. A BLPOP outlives the Wait that sent
-// it, so that a token it takes is handed to the next Wait.
-//
-// A waiting Lock therefore costs, per hand-off, its first attempt (which
-// joins the queue), the attempt baton makes right after starting the watch
-// (answered from a short header of the state, without unpacking it, when
-// nothing changed since the first), and one pipeline that blocks.
+// always find a connection; further waiters wait for a turn, and find
+// their grant then, up to two seconds late. A BLPOP outlives the Wait that
+// sent it, so that a grant it takes is handed to the next Wait.
 //
 // # Failover, and what it can break
 //
@@ -164,15 +173,19 @@
 //
 // Use New with a go-redis ClusterClient or FailoverClient. All keys of a
 // lock name share a hash slot, so every script runs on one node; batches are
-// split per slot. Scripts write a waiter's mailbox key without declaring it,
-// which Redis allows for keys of the slot the script runs in. List and
+// split per slot. Scripts touch keys of a name they do not declare (its
+// queue, counter and mailboxes), which Redis allows for keys of the slot
+// the script runs in. List and
 // Purge SCAN every master. With a Ring (client-side sharding), batches are
 // split per name. A Prefix containing braces would put every lock in one
 // slot (it still works, on one node). The tests run the conformance suite
-// through a ClusterClient on a three-master cluster and through a Ring of
-// two servers, all started by the tests; Sentinel is not tested (a
-// FailoverClient is a *redis.Client, which this package treats as one
-// server).
+// through a ClusterClient on a three-master cluster, through a Ring of two
+// servers, and through a FailoverClient on a master, its replica and one
+// Sentinel (a FailoverClient is a *redis.Client, which this package treats
+// as one server), all started by the tests; TestSentinel also has Sentinel
+// promote the replica while a lock is held and another client waits for
+// it: the holder renews and releases on the new master and the waiter is
+// handed the lock there.
 //
 // Two names whose tags collide (a chance of 2⁻¹²⁸ per pair) would share
 // their keys: Acquire refuses the second with an error instead.
@@ -180,9 +193,11 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -247,7 +262,7 @@ type Store struct {
 	closed     bool
 	blocked    map[*watch]struct{} // watches with a pipeline in flight
 	prefetched map[*driver.Request]*prefetch
-	refused    map[*driver.Request]refusal
+	marks      map[*driver.Request]mark
 }
 
 // New returns a store over rdb: a *redis.Client (single server, or a
@@ -281,7 +296,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Store {
 		blockArg:   blockArg(rdb),
 		blocked:    map[*watch]struct{}{},
 		prefetched: map[*driver.Request]*prefetch{},
-		refused:    map[*driver.Request]refusal{},
+		marks:      map[*driver.Request]mark{},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s
@@ -417,26 +432,17 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if p := s.takePrefetched(req); p != nil {
+		return p.grant, nil
+	}
 	in, err := encodeInfo(req.Host, req.Meta)
 	if err != nil {
 		return nil, err
 	}
-	queue := "0"
-	if req.Queue {
-		queue = "1"
-	}
-	p, last := s.takeRequest(req)
-	if p != nil {
-		return p.grant, nil
-	}
-	lastVer := ""
-	if last.ver != 0 {
-		lastVer = strconv.FormatInt(last.ver, 10)
-	}
 	b := s.base(req.Name)
-	v, err := acquireScript.Run(ctx, s.rdb, []string{b + "s", b + "c"},
-		req.Name, req.Owner, int(req.Mode), req.Limit, micros(req.TTL),
-		queue, micros(req.QueueTTL), in, s.linger, "0", 0, lastVer, last.qexp).Int64Slice()
+	sent := time.Now()
+	v, err := acquireScript.Run(ctx, s.rdb, []string{b + "r", b + "q", b + "c"},
+		req.Name, req.Owner, s.acquireArgs(req), in).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: acquire: %w", err)
 	}
@@ -444,18 +450,9 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	case len(v) == 6 && v[0] == 1:
 		return &driver.Grant{Token: uint64(v[1]), Created: usTime(v[2]), Renewed: usTime(v[3]),
 			Expires: usTime(v[4]), Extended: v[5] == 1}, nil
-	case len(v) == 4 && v[0] == 0:
+	case len(v) == 3 && v[0] == 0:
 		if req.Queue {
-			s.mu.Lock()
-			s.refused[req] = refusal{ver: v[2], qexp: v[3], at: time.Now(), req: *req}
-			if len(s.refused) > 1024 {
-				for r, x := range s.refused {
-					if time.Since(x.at) > time.Minute {
-						delete(s.refused, r)
-					}
-				}
-			}
-			s.mu.Unlock()
+			s.setMark(req, mark{sent: sent, at: v[2]})
 		}
 		return nil, &driver.Busy{After: time.Duration(v[1]) * time.Microsecond}
 	case len(v) == 1 && v[0] == -1:
@@ -464,40 +461,55 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	return nil, fmt.Errorf("redis: acquire: unexpected reply %v", v)
 }
 
-// refusal is what the store remembers of a waiting request's last refusal:
-// the state's version then, and the expiry of the request's queue entry.
-// The next attempt sends them, and the server refuses it again without
-// unpacking the state if that version is still current and nothing expired.
-type refusal struct {
-	ver, qexp int64
-	at        time.Time
-	req       driver.Request // as it was then
+// acquireArgs packs the numbers the acquire script needs as big-endian
+// doubles, which it unpacks in one call (cheaper than a tonumber each).
+func (s *Store) acquireArgs(req *driver.Request) []byte {
+	queue := 0.0
+	if req.Queue {
+		queue = 1
+	}
+	b := make([]byte, 0, 48)
+	for _, f := range []float64{float64(req.Mode), float64(req.Limit), float64(micros(req.TTL)),
+		queue, float64(micros(req.QueueTTL)), float64(s.linger)} {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return b
 }
 
-// same reports whether req asks for what it asked for when refused.
-func (r *refusal) same(req *driver.Request) bool {
-	return r.req.Name == req.Name && r.req.Owner == req.Owner && r.req.Mode == req.Mode &&
-		r.req.Limit == req.Limit && r.req.QueueTTL == req.QueueTTL && r.req.Queue == req.Queue
-}
-
-// takeRequest returns the grant a waiting watch of req obtained, if it may
-// be used now (see watch.go), else what the store remembers of req's last
-// refusal; it forgets both.
-func (s *Store) takeRequest(req *driver.Request) (*prefetch, refusal) {
-	now := time.Now()
+// takePrefetched returns the grant a waiting watch of req obtained, if it
+// may be used now (see watch.go), and forgets it.
+func (s *Store) takePrefetched(req *driver.Request) *prefetch {
 	s.mu.Lock()
 	p := s.prefetched[req]
-	last := s.refused[req]
 	delete(s.prefetched, req)
-	delete(s.refused, req)
 	s.mu.Unlock()
-	if p != nil && !p.usable(now) {
-		p = nil
+	if p != nil && !p.usable(time.Now()) {
+		return nil
 	}
-	if !last.same(req) {
-		last = refusal{}
+	return p
+}
+
+// setMark records the server time of req's refused attempt, for the BLPOP
+// of its watch (see watch.go).
+func (s *Store) setMark(req *driver.Request, m mark) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.marks) >= 4096 {
+		for r, x := range s.marks {
+			if time.Since(x.sent) > markAge {
+				delete(s.marks, r)
+			}
+		}
 	}
-	return p, last
+	s.marks[req] = m
+}
+
+// mark returns req's last mark if it is young enough.
+func (s *Store) mark(req *driver.Request) (mark, bool) {
+	s.mu.Lock()
+	m, ok := s.marks[req]
+	s.mu.Unlock()
+	return m, ok && time.Since(m.sent) < markAge
 }
 
 // call is one script call of a batch.

@@ -2,368 +2,438 @@ package redis
 
 import "github.com/redis/go-redis/v9"
 
-// The scripts implement the grant rules of package lockstate on the server.
+// The scripts implement the grant rules of package lockstate on the server,
+// over native Redis types, so that an operation reads and writes only the
+// entries it concerns: its own, the summary, and the head of the queue.
 //
-// The state of one name is one string key, <prefix>:{<tag>}:s, holding a
-// short text header, "<version> <first expiry> <first holder expiry>;",
-// then the MessagePack of {name, holders, queue}. Holders and queue are
-// flat arrays of 9 fields per entry,
+// The keys of one name, all under its hash tag so that one script may touch
+// them in a cluster:
 //
-//	owner, mode, limit, token, ttl, created, renewed, expires, info
+//	<prefix>:{<tag>}:r          HASH   the name's entries and summary
+//	<prefix>:{<tag>}:q          ZSET   the queue: owner → ticket (FIFO order)
+//	<prefix>:{<tag>}:c          STRING the fencing counter (INCR); never expires
+//	<prefix>:{<tag>}:w:<owner>  LIST   a queued owner's mailbox
 //
-// (flat, because unpacking one table per entry costs more than the rest of
-// a script), with times and TTLs in microseconds of the server's clock
-// (TIME), token 0 for queue entries, and info the caller's host and
-// metadata as JSON (the scripts never look inside it). The queue is kept in
-// arrival order, which is the FIFO ticket order of lockstate. The version
-// changes with every write (it is at least the time of the write, so it
-// does not repeat when a name's state is deleted and made again); the
-// header lets a request that was refused, and asks again while nothing
-// changed and nothing expired, be refused again without unpacking the
-// state.
+// The hash holds three kinds of fields, packed with Redis's struct library
+// (big-endian; numbers as doubles, which hold microsecond times exactly):
 //
-// The name's fencing counter is <prefix>:{<tag>}:c, and the wake-up
-// mailbox of a queued owner is <prefix>:{<tag>}:w:<owner>: all keys of a
-// name share its hash tag, so one script can touch them all in a cluster.
+//	n          the name (listings report it; a second name with the same tag is refused)
+//	S          the summary: nh nq xq xh t m hm M            ('>IIIIdddd')
+//	o:<owner>  the owner's entry: k mode limit token ttl httl created renewed expires, then info ('>BBIdddddd')
+//
+// In the summary nh and nq count holders and queue entries, xq the
+// exclusive queue entries and xh the exclusive holders (0 or 1), t is the
+// last queue ticket, m a lower bound of the earliest expiry of any entry,
+// hm a lower bound of the earliest expiry of a holder, and M an upper bound
+// of the latest expiry: the r and q keys expire Linger after M. In an
+// entry, k is 1 for a holder and 2 for a queue entry, whose token is its
+// ticket, whose ttl is its queue TTL and whose httl is the TTL of the hold
+// it asks for; times and TTLs are microseconds of the server's clock
+// (TIME), and info is the caller's host and metadata as JSON, which the
+// scripts never look inside.
+//
+// Expired entries are dropped only once the clock has passed m: until then
+// none can have expired. Then one HGETALL drops what expired and computes m
+// and hm anew.
+//
+// Grants are handed over by the server: whenever an entry leaves (a
+// release, an expiry noticed, a purge, a waiter giving up), promote grants
+// the queued requests that the rules now let in, in FIFO order, and pushes
+// each grant into its owner's mailbox as '>ddd' (token, time of the grant,
+// expiry), where the owner's BLPOP takes it: a hand-off is one script and
+// one reply, with no round trip of the waiter's own.
 const prelude = `
-if redis.replicate_commands then redis.replicate_commands() end
+-- X is the state of the name a script works on, set by open: its hash
+-- and queue keys (X.R, X.Q) and the start of its keys (X.B), the server's time
+-- (X.NOW), the summary's fields (X.NH … X.MAX), the hash fields to set (X.W) and
+-- delete (X.D), and what happened. One table rather than locals of the
+-- chunk: each function's upvalues cost on every call.
+local X = {}
 
-local F = 9 -- fields per entry
+local EF = '>BBIdddddd' -- an entry: k mode limit token ttl httl created renewed expires
+local SF = '>IIIIdddd'  -- the summary
 
 local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
--- decode returns the state in raw (a GET's reply) and its version.
-local function decode(raw)
-  local v, pos = string.match(raw, '^(%d+) %d+ %d+;()')
-  return cmsgpack.unpack(string.sub(raw, pos)), tonumber(v)
-end
-
-local function load(key)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
-  return decode(raw)
-end
-
--- save writes st back with a new version, which it returns, and a time to
--- live a little beyond its last entry (linger ms); it deletes the key when
--- nothing holds or waits.
-local function save(key, st, ver, now, linger)
-  local H, Q = st[2], st[3]
-  local last, first, hfirst = 0, 0, 0
-  for i = 8, #H, F do
-    local e = H[i]
-    if e > last then last = e end
-    if hfirst == 0 or e < hfirst then hfirst = e end
+-- chunked runs cmd on key with the items of list as arguments, at most
+-- 1000 at a time (unpack has a limit).
+local function chunked(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
   end
-  first = hfirst
-  for i = 8, #Q, F do
-    local e = Q[i]
-    if e > last then last = e end
-    if first == 0 or e < first then first = e end
-  end
-  if last == 0 then
-    redis.call('DEL', key)
-    return 0
-  end
-  local px = math.ceil((last - now) / 1000) + linger
-  if px < 1 then px = 1 end
-  ver = math.max((ver or 0) + 1, now)
-  redis.call('SET', key, string.format('%.0f %.0f %.0f;', ver, first, hfirst) .. cmsgpack.pack(st), 'PX', px)
-  return ver
 end
 
--- compact drops the entries of A whose time is up, appending their fields
--- to gone if given; it reports whether it dropped any.
-local function compact(A, now, gone)
-  local n, w = #A, 0
-  for r = 1, n, F do
-    if now < A[r + 7] then
-      if w + 1 ~= r then
-        for f = 0, F - 1 do A[w + 1 + f] = A[r + f] end
+-- sweep drops the entries whose time is up and computes X.MIN and X.HMIN anew;
+-- the owners and entries of dropped holders go to gone, if given.
+local function sweep(gone)
+  local all = redis.call('HGETALL', X.R)
+  local zrem, m, hm = {}, 0, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'o:' then
+      local raw = all[i + 1]
+      local k, mode, _, _, _, _, _, _, ex = struct.unpack(EF, raw)
+      if ex <= X.NOW then
+        local o = string.sub(f, 3)
+        X.D[#X.D + 1] = f
+        if k == 1 then
+          X.NH = X.NH - 1
+          if mode == 1 then X.XH = 0 end
+          if gone then gone[#gone + 1] = o; gone[#gone + 1] = raw end
+        else
+          X.NQ = X.NQ - 1
+          if mode == 1 then X.XQ = X.XQ - 1 end
+          zrem[#zrem + 1] = o
+        end
+      else
+        if m == 0 or ex < m then m = ex end
+        if k == 1 and (hm == 0 or ex < hm) then hm = ex end
       end
-      w = w + F
-    elseif gone then
-      for f = 0, F - 1 do gone[#gone + 1] = A[r + f] end
     end
   end
-  for i = w + 1, n do A[i] = nil end
-  return w ~= n
+  if #zrem > 0 then chunked('ZREM', X.Q, zrem) end
+  X.MIN, X.HMIN, X.DIRTY = m, hm, true
+  if #X.D > 0 then X.FREED = true end
 end
 
--- expire drops the holders and queue entries whose time is up (the
--- holders' fields go to gone, if given); it reports whether it dropped any.
-local function expire(st, now, gone)
-  local a = compact(st[2], now, gone)
-  local b = compact(st[3], now, nil)
-  return a or b
-end
-
--- find returns the index of owner's first field in A, or nil.
-local function find(A, owner)
-  for r = 1, #A, F do
-    if A[r] == owner then return r end
+-- open reads the state of the name whose hash is rkey, drops expired
+-- entries if the clock has passed X.MIN, and returns owner's live entry, if
+-- owner is given and has one: k, mode, limit, token, ttl, httl, created,
+-- renewed, expires, then the raw entry and where its info starts. With
+-- name given, a state of another name sets X.ERR.
+local function open(rkey, now, name, owner, gone)
+  X.R, X.NOW, X.ERR = rkey, now, nil
+  X.B = string.sub(rkey, 1, -2)
+  X.Q = X.B .. 'q'
+  X.W, X.D, X.DIRTY, X.FREED, X.GREW, X.NEWQ = {}, {}, false, false, false, false
+  local v
+  if owner then
+    v = redis.call('HMGET', rkey, 'n', 'S', 'o:' .. owner)
+  else
+    v = redis.call('HMGET', rkey, 'n', 'S')
   end
-  return nil
-end
-
-local function remove(A, r)
-  local n = #A
-  for i = r, n - F do A[i] = A[i + F] end
-  for i = n - F + 1, n do A[i] = nil end
-end
-
-local function append(A, owner, mode, limit, token, ttl, created, renewed, expires, info)
-  local n = #A
-  A[n + 1], A[n + 2], A[n + 3], A[n + 4], A[n + 5] = owner, mode, limit, token, ttl
-  A[n + 6], A[n + 7], A[n + 8], A[n + 9] = created, renewed, expires, info
-end
-
--- grantable applies lockstate's rules to a request with ahead queue
--- entries before it.
-local function grantable(H, Q, mode, limit, ahead)
-  local nh = #H / F
-  if mode == 1 then return nh == 0 and ahead == 0 end
-  for r = 2, #H, F do
-    if H[r] == 1 then return false end
+  if name and v[1] and v[1] ~= name then
+    X.ERR = 'baton: names ' .. v[1] .. ' and ' .. name .. ' hash to the same key'
+    return
   end
-  for j = 0, ahead - 1 do
-    if Q[j * F + 2] == 1 then return false end
+  X.NAME, X.FRESH = v[1] or name, not v[1]
+  if v[2] then
+    X.NH, X.NQ, X.XQ, X.XH, X.T, X.MIN, X.HMIN, X.MAX = struct.unpack(SF, v[2])
+  else
+    X.NH, X.NQ, X.XQ, X.XH, X.T, X.MIN, X.HMIN, X.MAX = 0, 0, 0, 0, 0, 0, 0, 0
   end
-  return limit == 0 or nh + ahead < limit
+  if X.MIN ~= 0 and now >= X.MIN then sweep(gone) end
+  local raw = owner and v[3]
+  if raw then
+    local k, mode, limit, tok, ttl, httl, cr, rn, ex, pos = struct.unpack(EF, raw)
+    if ex > now then return k, mode, limit, tok, ttl, httl, cr, rn, ex, raw, pos end
+  end
 end
 
--- wake pushes a token into the mailbox of every queued owner that could
--- now be granted: the head if it is exclusive, else the run of shared
--- requests up to the first exclusive one, each judged with its own limit.
-local function wake(st, key)
-  local H, Q = st[2], st[3]
-  if #Q == 0 then return end
-  for r = 2, #H, F do
-    if H[r] == 1 then return end
+-- put writes owner's entry, whose counts the caller has updated, and keeps
+-- the bounds: X.MIN and X.HMIN only fall (or are exact when the entry is the
+-- only one, or the only holder), X.MAX only grows, and then by the entry's
+-- time again, so that a stream of grants moves the keys' expiry now and
+-- then, not each time.
+local function put(owner, k, mode, limit, tok, ttl, httl, cr, rn, ex, info)
+  local n = #X.W
+  X.W[n + 1] = 'o:' .. owner
+  X.W[n + 2] = struct.pack(EF, k, mode, limit, tok, ttl, httl, cr, rn, ex) .. info
+  if X.NH + X.NQ == 1 or ex < X.MIN then X.MIN = ex end
+  if k == 1 and (X.NH == 1 or ex < X.HMIN) then X.HMIN = ex end
+  if ex > X.MAX then
+    X.MAX, X.GREW = ex + (ex - X.NOW), true
   end
-  local base = string.sub(key, 1, -2) .. 'w:'
-  local nh, i = #H / F, 0
-  for r = 1, #Q, F do
-    local mode, limit = Q[r + 1], Q[r + 2]
-    local ok
-    if mode == 1 then
-      ok = i == 0 and nh == 0
-    else
-      ok = limit == 0 or nh + i < limit
+  X.DIRTY = true
+end
+
+-- drop removes owner's entry (k, mode).
+local function drop(owner, k, mode)
+  X.D[#X.D + 1] = 'o:' .. owner
+  if k == 1 then
+    X.NH = X.NH - 1
+    if mode == 1 then X.XH = 0 end
+    if X.NH == 0 then X.HMIN = 0 end
+  else
+    X.NQ = X.NQ - 1
+    if mode == 1 then X.XQ = X.XQ - 1 end
+    redis.call('ZREM', X.Q, owner)
+  end
+  if X.NH + X.NQ == 0 then X.MIN = 0 end
+  X.DIRTY, X.FREED = true, true
+end
+
+-- grant makes owner a holder, with the next token, for ttl+extra µs; it
+-- returns the token and the expiry.
+local function grant(owner, mode, limit, ttl, extra, info)
+  local tok = redis.call('INCR', X.B .. 'c')
+  X.NH = X.NH + 1
+  if mode == 1 then X.XH = 1 end
+  local ex = X.NOW + ttl + extra
+  put(owner, 1, mode, limit, tok, ttl, 0, X.NOW, X.NOW, ex, info)
+  return tok, ex
+end
+
+-- hand grants the queued request raw of owner o (taken out of the queue
+-- and its counts by the caller) and pushes the grant into o's mailbox as
+-- '>ddd' (token, time of the grant, expiry). It lasts a little longer than
+-- its TTL (1/20 of it, at least 1ms and at most 50ms): its owner counts
+-- its lease from a later moment (see watch.go).
+local function hand(o, raw)
+  local _, mode, limit, _, qttl, httl, _, _, _, pos = struct.unpack(EF, raw)
+  local extra = math.min(math.max(math.floor(httl / 20), 1000), 50000)
+  local tok, ex = grant(o, mode, limit, httl, extra, string.sub(raw, pos))
+  local mb = X.B .. 'w:' .. o
+  redis.call('LPUSH', mb, struct.pack('>ddd', tok, X.NOW, ex))
+  redis.call('PEXPIRE', mb, math.ceil(qttl / 1000))
+end
+
+-- promote grants the queued requests that may now be granted: the head if
+-- it is exclusive and nothing holds, else the run of shared requests up to
+-- the first exclusive one, each judged with its own limit (among the first
+-- 64: those further back find out by asking).
+local function promote()
+  if X.NQ == 0 or X.XH == 1 then return end
+  if X.NQ == X.XQ then
+    -- Only exclusive requests wait: the head goes in if nothing holds.
+    if X.NH > 0 then return end
+    local o = redis.call('ZPOPMIN', X.Q)[1]
+    if not o then return end
+    local raw = redis.call('HGET', X.R, 'o:' .. o)
+    X.NQ, X.XQ = X.NQ - 1, X.XQ - 1
+    if raw then hand(o, raw) end
+    return
+  end
+  local owners = redis.call('ZRANGE', X.Q, 0, 63)
+  if #owners == 0 then return end
+  local fs = {}
+  for j = 1, #owners do fs[j] = 'o:' .. owners[j] end
+  local recs = redis.call('HMGET', X.R, unpack(fs))
+  local nh, i, zrem = X.NH, 0, {}
+  for j = 1, #owners do
+    local raw = recs[j]
+    if raw then
+      local _, mode, limit = struct.unpack(EF, raw)
+      local ok
+      if mode == 1 then
+        ok = i == 0 and nh == 0
+      else
+        ok = limit == 0 or nh + i < limit
+      end
+      if ok then
+        zrem[#zrem + 1] = owners[j]
+        X.NQ = X.NQ - 1
+        if mode == 1 then X.XQ = X.XQ - 1 end
+        hand(owners[j], raw)
+      end
+      if mode == 1 then break end
+      i = i + 1
     end
-    if ok then
-      local mb = base .. Q[r]
-      if redis.call('LPUSH', mb, '1') > 1 then redis.call('LTRIM', mb, 0, 0) end
-      redis.call('PEXPIRE', mb, math.ceil(Q[r + 4] / 1000))
-    end
-    if mode == 1 then break end
-    i = i + 1
+  end
+  if #zrem > 0 then chunked('ZREM', X.Q, zrem) end
+end
+
+-- finish promotes waiters if an entry left, then writes the changes back,
+-- or deletes the state when nothing holds or waits (the counter stays).
+-- The hash and the queue expire linger ms after X.MAX.
+local function finish(linger)
+  if X.FREED then promote() end
+  if not X.DIRTY then return end
+  if X.NH == 0 and X.NQ == 0 then
+    if not X.FRESH then redis.call('DEL', X.R, X.Q) end
+    return
+  end
+  if #X.D > 0 then chunked('HDEL', X.R, X.D) end -- before the HSET: a field in both is kept
+  local n = #X.W
+  X.W[n + 1], X.W[n + 2] = 'S', struct.pack(SF, X.NH, X.NQ, X.XQ, X.XH, X.T, X.MIN, X.HMIN, X.MAX)
+  if X.FRESH then X.W[n + 3], X.W[n + 4] = 'n', X.NAME end
+  redis.call('HSET', X.R, unpack(X.W))
+  if X.GREW or X.NEWQ then
+    local px = math.max(math.ceil((X.MAX - X.NOW) / 1000) + linger, 1)
+    if X.GREW then redis.call('PEXPIRE', X.R, px) end
+    if X.NQ > 0 then redis.call('PEXPIRE', X.Q, px) end
   end
 end
 
--- emit appends entries of A to out, flat: name, queued, then the fields.
-local function emit(out, name, A, queued, owner)
-  for r = 1, #A, F do
-    if owner == '' or A[r] == owner then
-      out[#out + 1] = name
-      out[#out + 1] = queued
-      for f = 0, F - 1 do out[#out + 1] = A[r + f] end
+-- exclusive_ahead reports whether one of the first n queue entries is
+-- exclusive.
+local function exclusive_ahead(n)
+  local owners = redis.call('ZRANGE', X.Q, 0, n - 1)
+  for i = 1, #owners, 100 do
+    local fs = {}
+    for j = i, math.min(i + 99, #owners) do fs[#fs + 1] = 'o:' .. owners[j] end
+    for _, raw in ipairs(redis.call('HMGET', X.R, unpack(fs))) do
+      if raw and string.byte(raw, 2) == 1 then return true end
     end
   end
+  return false
+end
+
+-- emit appends the entry raw of owner to out, flat: name, queued, owner,
+-- mode, limit, token (0 for queue entries), ttl, created, renewed,
+-- expires, info.
+local function emit(out, name, owner, raw)
+  local k, mode, limit, tok, ttl, _, cr, rn, ex, pos = struct.unpack(EF, raw)
+  local queued = 0
+  if k == 2 then queued, tok = 1, 0 end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = name, queued, owner, mode, limit, tok
+  out[n + 7], out[n + 8], out[n + 9], out[n + 10], out[n + 11] = ttl, cr, rn, ex, string.sub(raw, pos)
 end
 `
 
-// acquireScript: KEYS state, counter; ARGV name, owner, mode, limit, ttl,
-// queue (1/0), queue TTL, info, linger, waiting (1/0), extra, and the
-// version and queue expiry of this request's previous refusal (empty and 0 if
-// none). It returns {1, token, created, renewed, expires, extended} for a
-// grant, {0, µs until the first holder expires, version, expiry of the
-// request's queue entry} when busy, {-1} on a mode conflict.
-//
-// With waiting set (a blocked waiter's attempt, sent with its BLPOP; see
-// watch.go) it changes nothing unless the owner is queued: it returns {2}
-// if the owner holds the name already and {3} if it is not queued, and a
-// grant lasts ttl+extra µs, the extra covering the time between the
-// waiter's BLPOP and baton's call that takes the grant.
+// acquireScript: KEYS hash, queue, counter; ARGV name, owner, then mode,
+// limit, ttl, queue (1/0), queue TTL and linger packed as six big-endian
+// doubles (see acquireArgs), then info. It returns {1, token, created,
+// renewed, expires, extended} for a grant, {0, µs until the first holder
+// expires (0: unknown), the server's time} when busy, {-1} on a mode
+// conflict. A request that joins the queue empties its owner's mailbox, so
+// that a grant left there for an earlier request of the same owner is not
+// taken for one of this request.
 var acquireScript = redis.NewScript(prelude + `
-local key, ckey = KEYS[1], KEYS[2]
-local name, owner = ARGV[1], ARGV[2]
-local mode, limit, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local queue, qttl, info, linger = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
-local waiting, extra = ARGV[10] == '1', tonumber(ARGV[11])
-local lastver, lastq = ARGV[12], tonumber(ARGV[13])
-local now = now_us()
-local raw = redis.call('GET', key)
-local st, ver
-if raw then
-  local v, first, hfirst, pos = string.match(raw, '^(%d+) (%d+) (%d+);()')
-  if v == lastver and now < tonumber(first) and (not queue or now < lastq - qttl / 2) then
-    -- Refused before, and nothing changed or expired since: refused again.
-    local after = 0
-    if hfirst ~= '0' then after = tonumber(hfirst) - now end
-    return {0, after, tonumber(v), lastq}
-  end
-  st, ver = cmsgpack.unpack(string.sub(raw, pos)), tonumber(v)
-  if st[1] ~= name then
-    return redis.error_reply('baton: names ' .. st[1] .. ' and ' .. name .. ' hash to the same key')
-  end
-else
-  st = {name, {}, {}}
-end
-local H, Q = st[2], st[3]
-local freed = expire(st, now)
-local hr, qr = find(H, owner), find(Q, owner)
-if waiting and (hr or not qr) then
-  if freed then
-    save(key, st, ver, now, linger)
-    wake(st, key)
-  end
-  if hr then return {2} end
-  return {3}
-end
-if hr then
-  if H[hr + 1] ~= mode or H[hr + 2] ~= limit then
-    if freed then
-      save(key, st, ver, now, linger)
-      wake(st, key)
-    end
+local owner, info = ARGV[2], ARGV[4]
+local mode, limit, ttl, queue, qttl, linger = struct.unpack('>dddddd', ARGV[3])
+local k, emode, elimit, etok, ettl, ehttl, ecr, _, eex, raw, pos = open(KEYS[1], now_us(), ARGV[1], owner)
+if X.ERR then return redis.error_reply(X.ERR) end
+if k == 1 then
+  if emode ~= mode or elimit ~= limit then
+    finish(linger)
     return {-1}
   end
-  H[hr + 4], H[hr + 6], H[hr + 7], H[hr + 8] = ttl, now, now + ttl, info
-  save(key, st, ver, now, linger)
-  if freed then wake(st, key) end
-  return {1, H[hr + 3], H[hr + 5], H[hr + 6], H[hr + 7], 1}
+  put(owner, 1, mode, limit, etok, ttl, 0, ecr, X.NOW, X.NOW + ttl, info)
+  finish(linger)
+  return {1, etok, ecr, X.NOW, X.NOW + ttl, 1}
 end
-local ahead = #Q / F
-if qr then ahead = (qr - 1) / F end
-if grantable(H, Q, mode, limit, ahead) then
-  if qr then remove(Q, qr) end
-  local token = redis.call('INCR', ckey)
-  append(H, owner, mode, limit, token, ttl, now, now, now + ttl + extra, info)
-  save(key, st, ver, now, linger)
-  if freed then wake(st, key) end
-  return {1, token, now, now, now + ttl + extra, 0}
+local queued = k == 2
+local ahead = X.NQ
+if queued then ahead = redis.call('ZRANK', X.Q, owner) end
+local ok
+if mode == 1 then
+  ok = X.NH == 0 and ahead == 0
+elseif X.XH == 1 then
+  ok = false
+else
+  ok = (limit == 0 or X.NH + ahead < limit) and
+    not (ahead > 0 and X.XQ > 0 and (not queued or exclusive_ahead(ahead)))
 end
-local dirty, qexp = freed, 0
-if queue then
-  if qr then
+if ok then
+  if queued then
+    redis.call('ZREM', X.Q, owner)
+    X.NQ = X.NQ - 1
+    if emode == 1 then X.XQ = X.XQ - 1 end
+    X.FREED = true -- the entries behind it move up
+  end
+  local tok, ex = grant(owner, mode, limit, ttl, 0, info)
+  finish(linger)
+  return {1, tok, X.NOW, X.NOW, ex, 0}
+end
+if queue == 1 then
+  if queued then
     -- Refresh only when half the entry's time is used.
-    if Q[qr + 7] - now < qttl / 2 then
-      Q[qr + 6], Q[qr + 7] = now, now + qttl
-      dirty = true
+    if eex - X.NOW < qttl / 2 then
+      put(owner, 2, emode, elimit, etok, ettl, ehttl, ecr, X.NOW, X.NOW + qttl, string.sub(raw, pos))
     end
-    qexp = Q[qr + 7]
   else
-    append(Q, owner, mode, limit, 0, qttl, now, now, now + qttl, info)
-    dirty, qexp = true, now + qttl
+    X.T = X.T + 1
+    if X.NQ == 0 then X.NEWQ = true end
+    X.NQ = X.NQ + 1
+    if mode == 1 then X.XQ = X.XQ + 1 end
+    redis.call('ZADD', X.Q, X.T, owner)
+    redis.call('DEL', X.B .. 'w:' .. owner)
+    put(owner, 2, mode, limit, X.T, qttl, ttl, X.NOW, X.NOW, X.NOW + qttl, info)
   end
 end
-if dirty then
-  ver = save(key, st, ver, now, linger)
-  if freed then wake(st, key) end
-end
+finish(linger)
 local after = 0
-for r = 8, #H, F do
-  local left = H[r] - now
-  if r == 8 or left < after then after = left end
-end
-return {0, after, ver or 0, qexp}
+if X.NH > 0 and X.HMIN > X.NOW then after = X.HMIN - X.NOW end
+return {0, after, X.NOW}
 `)
 
-// renewScript: KEYS state keys; ARGV linger, then owner and TTL per key.
-// It returns, per key, {token, created, renewed, expires} or 0.
+// renewScript: KEYS hashes; ARGV linger, then owner and TTL per key. It
+// returns, per key, {token, created, renewed, expires} or 0.
 var renewScript = redis.NewScript(prelude + `
 local linger = tonumber(ARGV[1])
 local now = now_us()
 local out = {}
 for i, key in ipairs(KEYS) do
   local owner, ttl = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
+  local k, mode, limit, tok, _, _, cr, _, _, raw, pos = open(key, now, nil, owner)
   local r = 0
-  local st, ver = load(key)
-  if st then
-    local freed = expire(st, now)
-    local H = st[2]
-    local hr = find(H, owner)
-    if hr then
-      H[hr + 4], H[hr + 6], H[hr + 7] = ttl, now, now + ttl
-      r = {H[hr + 3], H[hr + 5], H[hr + 6], H[hr + 7]}
-    end
-    if hr or freed then save(key, st, ver, now, linger) end
-    if freed then wake(st, key) end
+  if k == 1 then
+    put(owner, 1, mode, limit, tok, ttl, 0, cr, now, now + ttl, string.sub(raw, pos))
+    r = {tok, cr, now, now + ttl}
   end
+  finish(linger)
   out[i] = r
 end
 return out
 `)
 
-// releaseScript: KEYS state keys; ARGV linger, then the owner per key. It
-// returns, per key, 1 if a hold was released, else 0.
+// releaseScript: KEYS hashes; ARGV linger, then the owner per key. It
+// returns, per key, 1 if a hold was released, else 0 (a queue entry may
+// have been removed).
 var releaseScript = redis.NewScript(prelude + `
 local linger = tonumber(ARGV[1])
 local now = now_us()
 local out = {}
 for i, key in ipairs(KEYS) do
   local owner = ARGV[i + 1]
+  local k, mode = open(key, now, nil, owner)
   local r = 0
-  local st, ver = load(key)
-  if st then
-    local freed = expire(st, now)
-    local qr = find(st[3], owner)
-    if qr then
-      remove(st[3], qr)
-      freed = true
-    end
-    local hr = find(st[2], owner)
-    if hr then
-      remove(st[2], hr)
-      freed = true
-      r = 1
-    end
-    if freed then
-      save(key, st, ver, now, linger)
-      wake(st, key)
-    end
+  if k then
+    if k == 1 then r = 1 end
+    drop(owner, k, mode)
   end
+  finish(linger)
   out[i] = r
 end
 return out
 `)
 
-// listScript: KEYS state keys; ARGV name prefix, owner (empty for any),
-// queued (1/0). It returns {now, entries...}, flat (see emit).
+// listScript: KEYS hashes; ARGV name prefix, owner (empty for any),
+// queued (1/0). It returns {now, entries...}, flat (see emit), expired
+// entries not yet dropped included.
 var listScript = redis.NewScript(prelude + `
 local prefix, owner, queued = ARGV[1], ARGV[2], ARGV[3] == '1'
-local now = now_us()
-local out = {now}
+local out = {now_us()}
 for _, key in ipairs(KEYS) do
-  local st = load(key)
-  if st and string.sub(st[1], 1, #prefix) == prefix then
-    emit(out, st[1], st[2], 0, owner)
-    if queued then emit(out, st[1], st[3], 1, owner) end
+  local all
+  if owner ~= '' then
+    local v = redis.call('HMGET', key, 'n', 'o:' .. owner)
+    all = {'n', v[1], 'o:' .. owner, v[2]}
+  else
+    all = redis.call('HGETALL', key)
+  end
+  local name
+  for i = 1, #all, 2 do
+    if all[i] == 'n' then name = all[i + 1] end
+  end
+  if name and string.sub(name, 1, #prefix) == prefix then
+    for i = 1, #all, 2 do
+      local f, raw = all[i], all[i + 1]
+      if raw and string.sub(f, 1, 2) == 'o:' and (queued or string.byte(raw, 1) == 1) then
+        emit(out, name, string.sub(f, 3), raw)
+      end
+    end
   end
 end
 return out
 `)
 
-// purgeScript: KEYS state keys; ARGV linger. It drops expired entries and
+// purgeScript: KEYS hashes; ARGV linger. It drops expired entries and
 // returns {now, expired holders...}, flat (see emit).
 var purgeScript = redis.NewScript(prelude + `
 local linger = tonumber(ARGV[1])
 local now = now_us()
 local out = {now}
 for _, key in ipairs(KEYS) do
-  local st, ver = load(key)
-  if st then
-    local gone = {}
-    if expire(st, now, gone) then
-      save(key, st, ver, now, linger)
-      wake(st, key)
-    end
-    emit(out, st[1], gone, 0, '')
-  end
+  local gone = {}
+  open(key, now, nil, nil, gone)
+  finish(linger)
+  for j = 1, #gone, 2 do emit(out, X.NAME, gone[j], gone[j + 1]) end
 end
 return out
 `)
@@ -376,27 +446,16 @@ local t = redis.call('TIME')
 return tonumber(t[1]) * 1000000 + tonumber(t[2])
 `)
 
-// pokeScript: KEYS state, mailbox; ARGV owner, linger. It takes the owner
-// out of the queue (its Lock is over) and pushes a token into its mailbox,
-// to end the BLPOP blocked there: the attempt queued behind that BLPOP then
-// finds the owner not queued, and changes nothing.
+// pokeScript: KEYS hash, mailbox; ARGV owner, linger. It takes the owner
+// out of the queue (its Lock is over) and pushes "0" into its mailbox, to
+// end the BLPOP blocked there. A grant promote made before it stays: the
+// Lock that ended releases it, or holds it.
 var pokeScript = redis.NewScript(prelude + `
-local key, mb, owner, linger = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local now = now_us()
-local st, ver = load(key)
-if st then
-  local freed = expire(st, now)
-  local qr = find(st[3], owner)
-  if qr then
-    remove(st[3], qr)
-    freed = true
-  end
-  if freed then
-    save(key, st, ver, now, linger)
-    wake(st, key)
-  end
-end
-redis.call('LPUSH', mb, '0')
-redis.call('PEXPIRE', mb, 1000)
+local owner, linger = ARGV[1], tonumber(ARGV[2])
+local k, mode = open(KEYS[1], now_us(), nil, owner)
+if k == 2 then drop(owner, k, mode) end
+finish(linger)
+redis.call('LPUSH', KEYS[2], '0')
+redis.call('PEXPIRE', KEYS[2], 1000)
 return 1
 `)

@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -12,36 +14,30 @@ import (
 	"github.com/baton-go/baton/driver"
 )
 
-// A waiting Lock blocks in Wait. Wait sends, in one pipeline on one
-// connection,
+// A waiting Lock blocks in Wait, on a BLPOP of its owner's mailbox. The
+// server hands the lock over: the script that lets a queued request in
+// (a release, an expiry it notices, a waiter that leaves) grants it and
+// pushes the grant into the owner's mailbox (see promote in scripts.go), so
+// that a hand-off costs the releasing holder's one script and the waiter's
+// BLPOP reply, with no round trip of the waiter's own.
 //
-//	EVALSHA mark   1 <mailbox>            the server's time M
-//	BLPOP          <mailbox> <timeout>    blocks until a script pushes a token
-//	EVALSHA acquire … waiting=1           the waiter's attempt, run by the
-//	                                      server as soon as BLPOP returns
-//
-// so that a woken waiter's attempt reaches the server with no round trip
-// of its own: the hand-off from a releasing holder to the next waiter costs
-// the release and one reply. The attempt only acts for an owner that is
-// still queued (not one that was granted meanwhile by an attempt of its
-// own, or that left the queue), so a pipeline still in flight when the
-// Lock ended changes nothing.
-//
-// A grant obtained so is kept for baton's next Acquire call, which returns
-// it at once, and only if that is safe: baton counts the lease from the
-// moment it calls Acquire (s), while the server counted the hold from the
-// moment the attempt ran (A), which is earlier. The grant therefore lasts
-// extra longer in the store than the TTL asked for, and is used only if
-// s - A ≤ extra can be proven: the pipeline was sent at b ≤ M (by this
-// machine's clock), and the server says A - M (by its clock, taken 1%
-// short for clocks that run at different rates), so s - A ≤ (s - b) - (A - M).
-// Otherwise Acquire asks the server as usual, which extends the hold and
-// counts the TTL anew.
+// Such a grant is kept for baton's next Acquire call, which returns it at
+// once, and only if that is safe: baton counts the lease from the moment
+// it calls Acquire (s), while the server counted the hold from the moment
+// it granted it (A), which is earlier. The grant therefore lasts extra
+// longer in the store than the TTL asked for, and is used only if
+// s - A ≤ extra can be proven from a mark, a server time M taken after
+// this machine's time b: the request's refused attempt (sent at b, run at
+// M), or a TIME sent with the BLPOP when that is older than a second. Then
+// s - A ≤ (s - b) - (A - M), with A - M by the server's clock taken 1%
+// short, for clocks that run at different rates. Otherwise Acquire asks the
+// server, which finds the owner holding the lock, extends the hold and
+// counts its TTL anew.
 
-// prefetch is a grant obtained by a waiter's pipelined attempt.
+// prefetch is a grant the server pushed into a waiter's mailbox.
 type prefetch struct {
 	grant   *driver.Grant
-	sent    time.Time     // b: when the pipeline was sent (monotonic)
+	sent    time.Time     // b: when the mark's command was sent (monotonic)
 	blocked time.Duration // A - M by the server's clock
 	extra   time.Duration
 }
@@ -56,11 +52,23 @@ func (p *prefetch) usable(now time.Time) bool {
 	return elapsed-p.blocked+p.blocked/100 <= p.extra
 }
 
-// extraFor is how much longer than ttl a prefetched grant lasts in the
-// store: room for the reply and the caller's scheduling.
+// extraFor is how much longer than ttl a handed-over grant lasts in the
+// store: room for the reply and the caller's scheduling. The scripts
+// compute the same (promote).
 func extraFor(ttl time.Duration) time.Duration {
 	return min(max(ttl/20, time.Millisecond), 50*time.Millisecond)
 }
+
+// mark is a server time taken after a time of this machine.
+type mark struct {
+	sent time.Time // b
+	at   int64     // M, µs of the server's clock
+}
+
+// markAge bounds the age of a refused attempt's mark that a BLPOP may use
+// instead of a TIME of its own: the 1% allowed for clock rates grows with
+// the time since the mark.
+const markAge = time.Second
 
 // Watch implements driver.Waiter: see above and the package documentation.
 // Watch itself costs no round trip.
@@ -68,48 +76,39 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	in, err := encodeInfo(req.Host, req.Meta)
-	if err != nil {
-		return nil, err
-	}
 	b := s.base(req.Name)
-	extra := extraFor(req.TTL)
-	return &watch{
-		s: s, req: req, mailbox: b + "w:" + req.Owner, extra: extra,
-		keys: []string{b + "s", b + "c"},
-		args: []any{req.Name, req.Owner, int(req.Mode), req.Limit, micros(req.TTL),
-			"1", micros(req.QueueTTL), in, s.linger, "1", micros(extra), "", 0},
-	}, nil
+	return &watch{s: s, req: req, hash: b + "r", mailbox: b + "w:" + req.Owner, extra: extraFor(req.TTL)}, nil
 }
 
-// Replay implements driver.Replayer: a release that lets a queued owner in
-// pushes a token into its mailbox, which keeps it (until the queue entry
-// would expire) for the BLPOP of the next Wait. So the refused attempt
-// needs no second attempt after the watch starts.
+// Replay implements driver.Replayer: a grant pushed into the mailbox stays
+// there (until the queue entry would have expired) for the BLPOP of the
+// next Wait. So the refused attempt needs no second attempt after the
+// watch starts.
 func (w *watch) Replay(time.Time) bool { return true }
 
 type watch struct {
 	s       *Store
 	req     *driver.Request
+	hash    string
 	mailbox string
-	keys    []string
-	args    []any
 	extra   time.Duration
 
 	mu sync.Mutex
-	// pending receives the result of the pipeline in flight, if any. A
-	// pipeline outlives the Wait that sent it, so that the token its BLPOP
-	// may take is handed to the next Wait rather than lost.
+	// pending receives the result of the BLPOP in flight, if any. A BLPOP
+	// outlives the Wait that sent it, so that a grant it takes is handed to
+	// the next Wait rather than lost.
 	pending chan waitResult
 }
 
 type waitResult struct {
-	sent    time.Time
-	err     error // of the mark or the BLPOP: the server cannot be reached
-	mark    int64 // M, µs
-	acquire []int64
-	acqErr  error
+	err  error  // the server cannot be reached, or refused the BLPOP
+	mark mark   // of this BLPOP
+	msg  []byte // what the BLPOP took; nil if it timed out
 }
+
+// grantLen is the length of a grant in a mailbox: token, time of the grant
+// and expiry, as big-endian doubles.
+const grantLen = 24
 
 func (w *watch) Wait(ctx context.Context) error {
 	for {
@@ -124,7 +123,7 @@ func (w *watch) Wait(ctx context.Context) error {
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			return ctx.Err() // the pipeline stays in flight for the next Wait
+			return ctx.Err() // the BLPOP stays in flight for the next Wait
 		case <-w.s.done:
 			return ErrClosed
 		}
@@ -133,38 +132,36 @@ func (w *watch) Wait(ctx context.Context) error {
 		w.mu.Unlock()
 		switch {
 		case r.err != nil:
-			// BLPOP failed (the server cannot be reached, or refuses it):
-			// wait as a poller would, for baton's retry time.
+			// The server cannot be reached, or refuses BLPOP: wait as a
+			// poller would, for baton's retry time.
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-w.s.done:
 				return ErrClosed
 			}
-		case r.acqErr != nil:
-			return nil // say, NOSCRIPT: let baton's own attempt run
-		}
-		a := r.acquire
-		switch {
-		case len(a) == 6 && a[0] == 1:
+		case r.msg == nil:
+			continue // the BLPOP timed out: still queued
+		case len(r.msg) == grantLen:
+			tok, at, exp := double(r.msg[0:]), double(r.msg[8:]), double(r.msg[16:])
 			p := &prefetch{
-				grant:   &driver.Grant{Token: uint64(a[1]), Created: usTime(a[2]), Renewed: usTime(a[3]), Expires: usTime(a[4])},
-				sent:    r.sent,
-				blocked: time.Duration(a[2]-r.mark) * time.Microsecond,
+				grant:   &driver.Grant{Token: uint64(tok), Created: usTime(at), Renewed: usTime(at), Expires: usTime(exp)},
+				sent:    r.mark.sent,
+				blocked: time.Duration(at-r.mark.at) * time.Microsecond,
 				extra:   w.extra,
 			}
 			w.s.mu.Lock()
 			w.s.prefetched[w.req] = p
 			w.s.mu.Unlock()
 			return nil
-		case len(a) == 4 && a[0] == 0:
-			continue // a stale token, or BLPOP timed out: still queued
 		}
-		return nil // held already, or not queued any more: baton tries
+		return nil // poked: baton tries
 	}
 }
 
-// start returns the channel of the pipeline in flight, sending one if none
+func double(b []byte) int64 { return int64(math.Float64frombits(binary.BigEndian.Uint64(b))) }
+
+// start returns the channel of the BLPOP in flight, sending one if none
 // is; it waits for one of the store's MaxWaiters slots.
 func (w *watch) start(ctx context.Context) (chan waitResult, error) {
 	w.mu.Lock()
@@ -206,52 +203,61 @@ func (w *watch) start(ctx context.Context) (chan waitResult, error) {
 	return ch, nil
 }
 
-// roundTrip sends the mark, BLPOP and attempt (see above) and reads their
-// replies. The store's context has no deadline: the BLPOP's own timeout,
-// below the client's read timeout, bounds it, whatever the caller's
-// deadline, so that it can outlive the Wait that sent it.
+// roundTrip sends the BLPOP, after a TIME when the request's last refusal
+// is too old a mark, and reads the replies. The store's context has no
+// deadline: the BLPOP's own timeout, below the client's read timeout,
+// bounds it, whatever the caller's deadline, so that it can outlive the
+// Wait that sent it.
 func (w *watch) roundTrip() waitResult {
 	s := w.s
 	ctx := s.ctx
-	pipe := s.rdb.Pipeline()
-	var mark *redis.Cmd
-	var tm *redis.TimeCmd
-	if _, single := s.rdb.(*redis.Client); single {
-		tm = pipe.Time(ctx)
-	} else {
-		// On a cluster a TIME command could go to another node.
-		mark = markScript.EvalSha(ctx, pipe, []string{w.mailbox})
-	}
+	var r waitResult
+	m, ok := s.mark(w.req)
 	blpop := redis.NewStringSliceCmd(ctx, "blpop", w.mailbox, s.blockArg)
-	_ = pipe.Process(ctx, blpop)
-	acq := acquireScript.EvalSha(ctx, pipe, w.keys, w.args...)
-	r := waitResult{sent: time.Now()}
-	_, _ = pipe.Exec(ctx)
-	if tm != nil {
-		t, err := tm.Result()
-		if err != nil {
-			r.err = err
-			return r
-		}
-		r.mark = t.UnixMicro()
+	if ok {
+		r.mark = m
+		_ = s.rdb.Process(ctx, blpop)
 	} else {
-		if err := mark.Err(); err != nil {
-			if noScript(err) {
-				markScript.Load(ctx, s.rdb)
-				return waitResult{sent: r.sent, acqErr: err}
-			}
-			r.err = err
-			return r
+		pipe := s.rdb.Pipeline()
+		var tm *redis.TimeCmd
+		var ms *redis.Cmd
+		if _, single := s.rdb.(*redis.Client); single {
+			tm = pipe.Time(ctx)
+		} else {
+			// On a cluster a TIME command could go to another node.
+			ms = markScript.EvalSha(ctx, pipe, []string{w.mailbox})
 		}
-		r.mark, _ = mark.Int64()
+		_ = pipe.Process(ctx, blpop)
+		r.mark.sent = time.Now()
+		_, _ = pipe.Exec(ctx)
+		if tm != nil {
+			t, err := tm.Result()
+			if err != nil {
+				r.err = err
+				return r
+			}
+			r.mark.at = t.UnixMicro()
+		} else {
+			if err := ms.Err(); err != nil {
+				if noScript(err) {
+					markScript.Load(ctx, s.rdb)
+				}
+				r.err = err
+				return r
+			}
+			r.mark.at, _ = ms.Int64()
+		}
 	}
-	if err := blpop.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		r.err = err // redis.Nil: it timed out
-		return r
-	}
-	r.acquire, r.acqErr = acq.Int64Slice()
-	if noScript(r.acqErr) {
-		acquireScript.Load(ctx, s.rdb)
+	v, err := blpop.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		// timed out
+	case err != nil:
+		r.err = err
+	case len(v) == 2:
+		r.msg = []byte(v[1])
+	default:
+		r.err = errors.New("redis: unexpected BLPOP reply")
 	}
 	return r
 }
@@ -260,9 +266,8 @@ func noScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// maxBlock bounds one BLPOP: a prefetched grant allows 1% of the time
-// blocked for clocks that run at different rates, which must fit in its
-// extra time (see prefetch.usable).
+// maxBlock bounds one BLPOP, so that a blocked connection notices a lost
+// server within that time.
 const maxBlock = 2 * time.Second
 
 // blockArg is the BLPOP timeout to send: at most maxBlock, and below the
@@ -290,14 +295,14 @@ func blockArg(rdb redis.UniversalClient) string {
 	return strconv.FormatFloat(max(t.Seconds(), 0.01), 'f', 3, 64)
 }
 
-// Close ends the pipeline in flight, if any (see poke), and drops an
-// unused prefetched grant (baton released it, or holds it through an
-// Acquire call of its own).
+// Close ends the BLPOP in flight, if any (see poke), and drops an unused
+// handed-over grant (baton released it, or holds it through an Acquire
+// call of its own).
 func (w *watch) Close() error {
 	s := w.s
 	s.mu.Lock()
 	delete(s.prefetched, w.req)
-	delete(s.refused, w.req)
+	delete(s.marks, w.req)
 	s.mu.Unlock()
 	w.mu.Lock()
 	ch := w.pending
@@ -327,13 +332,12 @@ func (w *watch) Close() error {
 	return nil
 }
 
-// poke ends the pipelines of watches whose Lock is over: it takes their
-// owners out of the queue and pushes a token into their mailboxes, so that
-// their BLPOPs return and the attempts behind them change nothing.
+// poke ends the BLPOPs of watches whose Lock is over: it takes their
+// owners out of the queue and pushes "0" into their mailboxes.
 func (s *Store) poke(ctx context.Context, ws []*watch) {
 	calls := make([]*call, len(ws))
 	for i, w := range ws {
-		calls[i] = &call{keys: []string{w.keys[0], w.mailbox}, args: []any{w.req.Owner, s.linger}}
+		calls[i] = &call{keys: []string{w.hash, w.mailbox}, args: []any{w.req.Owner, s.linger}}
 	}
 	_ = s.run(ctx, pokeScript, calls)
 }

@@ -1,0 +1,50 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkScriptRTT measures one client's round trip to a script that
+// spends longer and longer on the server. On this project's machines (2
+// virtual CPUs), a round trip costs ~25µs while the server answers within
+// a few µs and jumps to ~80µs beyond: an idle CPU that waits longer sleeps,
+// and waking it costs that much. A PING or SET NX stays under the jump;
+// any Lua script that reads and writes a few keys does not. BENCHMARKS.md
+// quotes it:
+//
+//	go test -run XXX -bench ScriptRTT -benchtime 3000x -count 3 ./redis
+func BenchmarkScriptRTT(b *testing.B) {
+	ctx := context.Background()
+	o, err := redis.ParseURL(serverURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	loop := redis.NewScript(`local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return x`)
+	if err := loop.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	// The median, reported as p50-µs, says more than the mean on a
+	// machine this noisy.
+	run := func(b *testing.B, f func()) {
+		ds := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			t := time.Now()
+			f()
+			ds = append(ds, time.Since(t))
+		}
+		slices.Sort(ds)
+		b.ReportMetric(float64(ds[len(ds)/2])/1e3, "p50-µs")
+	}
+	b.Run("ping", func(b *testing.B) { run(b, func() { rdb.Ping(ctx) }) })
+	for _, n := range []int{0, 300, 1000, 3000, 10000} {
+		b.Run(fmt.Sprintf("loop=%d", n), func(b *testing.B) { run(b, func() { loop.Run(ctx, rdb, nil, n) }) })
+	}
+}
