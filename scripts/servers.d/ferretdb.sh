@@ -34,7 +34,7 @@ ferretdb_ready() { (exec 3<>/dev/tcp/127.0.0.1/"$FERRETDB_PORT") 2>/dev/null; }
 ferretdb_start() {
   ferretdb_ready && return 0
   mkdir -p "$ferretdb_dir/data" "$ferretdb_dir/state"
-  setsid "$ferretdb_bin" --handler=sqlite --sqlite-url="file:$ferretdb_dir/data/" \
+  setsid "$ferretdb_bin" --handler=sqlite --sqlite-url="file:$ferretdb_dir/data/?_pragma=synchronous(normal)" \
     --listen-addr="127.0.0.1:$FERRETDB_PORT" --debug-addr=- --state-dir="$ferretdb_dir/state" \
     --telemetry=disable --log-level=warn \
     >>"$DIR/logs/ferretdb.log" 2>&1 </dev/null &
