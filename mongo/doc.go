@@ -54,12 +54,18 @@
 // collection), so the counter never goes back.
 //
 // Releases and takeovers do not delete documents but mark them dead
-// (tombstones). Tombstones other than a name's highest are deleted a
-// second after they were seen dead (by an acquire of the name) or by
-// Purge. A deleted ticket could in principle be inserted again by a
-// newcomer whose read is older than that ticket; a newcomer therefore
-// withdraws an insert whose reply came more than 300ms after it sent the
-// read (on its own monotonic clock) and starts over.
+// (tombstones). Tombstones more than 16 tickets below a name's highest
+// are deleted a second after they were seen dead (by an acquire of the
+// name) or by Purge. A deleted ticket could in principle be inserted
+// again by a newcomer whose read is older than that ticket. An insert
+// whose reply came within 300ms of sending the read (on the newcomer's
+// own monotonic clock) cannot have: the ticket it would reuse was
+// created after that read and kept for a second after it died. A slower
+// insert costs one more query, for the name's highest ticket: if that is
+// within 16 of the insert's, nothing the insert could reuse was ever
+// deleted and the insert stands; otherwise it is withdrawn and the
+// newcomer starts over. So a server slower than 300ms per round trip
+// still grants locks, at one query more each.
 //
 // A queued request is granted, later, by its owner: it reads again and,
 // when the rules allow, sets its own document granted. Those behind count

@@ -96,3 +96,11 @@ func TestConformance(t *testing.T) {
 		Slow: 2,
 	})
 }
+
+// TestConformanceSlowInserts runs the suite with every insert taken as
+// slow, so that each one is checked against the name's highest ticket
+// instead of trusted on time.
+func TestConformanceSlowInserts(t *testing.T) {
+	defer batonmongo.SetStaleInsert(0, nil)()
+	TestConformance(t)
+}

@@ -63,17 +63,27 @@ type seen struct {
 	at  time.Time
 }
 
+// staleInsert bounds the time from the read an insert is based on to the
+// insert's reply; a slower insert is kept only if the name's highest
+// ticket shows that its ticket was never deleted (see the package
+// documentation, "Tickets"). A variable for tests.
+var staleInsert = 300 * time.Millisecond
+
+// beforeInsert, when set by a test, runs between an acquire's read and
+// its insert.
+var beforeInsert func()
+
 const (
-	// staleInsert bounds the time from the read an insert is based on to
-	// the insert's reply; a slower insert is withdrawn (see the package
-	// documentation, "Tickets").
-	staleInsert = 300 * time.Millisecond
 	// pruneAfter is how long a tombstone is kept before it may be
 	// deleted: more than twice staleInsert.
 	pruneAfter = time.Second
 	// pruneBatch is how many prunable tombstones of a name an acquire
 	// lets gather before it deletes them.
 	pruneBatch = 4
+	// keepTickets is how many tickets below a name's highest are never
+	// deleted: a slow insert whose ticket is within that many of the
+	// highest cannot have reused a deleted one.
+	keepTickets = 16
 )
 
 // patience is how long an entry must be seen unchanged before it is taken
@@ -171,13 +181,9 @@ func (s *Store) observe(name, owner string, es []entry, recv time.Time) *state {
 			st.live = append(st.live, e)
 		}
 	}
-	// The highest ticket stays: it is the name's counter.
-	for i, id := range st.prune {
-		if ticketOf(es, id) == st.max {
-			st.prune = slices.Delete(st.prune, i, i+1)
-			break
-		}
-	}
+	// The highest tickets stay: the highest is the name's counter, and
+	// the ones below it let a slow insert check its own (stale).
+	st.prune = slices.DeleteFunc(st.prune, func(id string) bool { return ticketOf(es, id) >= st.max-keepTickets })
 	if len(now) == 0 {
 		delete(s.seen, name)
 	} else {
@@ -334,6 +340,9 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 		ID: newID(), Name: req.Name, Ticket: st.max + 1, Owner: req.Owner, Mode: int32(req.Mode), Limit: int32(req.Limit),
 		Granted: ok, Ver: newVer(), TTL: int64(ttl), Created: recv, Renewed: recv, Host: req.Host, Meta: metaPairs(req.Meta),
 	}
+	if beforeInsert != nil {
+		beforeInsert()
+	}
 	isent := time.Now()
 	_, err = s.coll.BulkWrite(ctx, []mongo.WriteModel{
 		mongo.NewInsertOneModel().SetDocument(&e),
@@ -348,14 +357,34 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 	}
 	if time.Since(sent) > staleInsert {
 		// The read this ticket came from may be older than a pruned
-		// tombstone of the same ticket: withdraw it and start again.
-		return nil, true, s.tombstone(ctx, []entry{e}, false)
+		// tombstone of the same ticket: keep it only if it is provably
+		// new, else withdraw it and start again.
+		if stale, err := s.stale(ctx, &e); err != nil || stale {
+			return nil, true, errors.Join(err, s.tombstone(ctx, []entry{e}, false))
+		}
 	}
 	s.remember(key, &own{id: e.ID, ver: e.Ver, ticket: e.Ticket, granted: ok, deadline: isent.Add(ttl - margin(ttl))})
 	if !ok {
 		return nil, false, &driver.Busy{After: s.retryAfter(st, req, recv)}
 	}
 	return &driver.Grant{Token: uint64(e.Ticket), Created: recv, Renewed: recv, Expires: recv.Add(req.TTL)}, false, nil
+}
+
+// stale reports whether the ticket of e, just inserted from a read that
+// may be old, may have been inserted, deleted and so reused. A deleted
+// ticket is at least keepTickets+1 below the highest one at its
+// deletion, and the highest ticket of a name is never deleted; so when
+// the highest now is within keepTickets of e's, e's ticket was new. (And
+// then no ticket above it existed before it: each ticket is inserted
+// after the one below.)
+func (s *Store) stale(ctx context.Context, e *entry) (bool, error) {
+	var top entry
+	err := s.coll.FindOne(ctx, bson.D{{Key: "n", Value: e.Name}}, options.FindOne().SetSort(bson.D{{Key: "t", Value: -1}}).
+		SetProjection(bson.D{{Key: "t", Value: 1}})).Decode(&top)
+	if err != nil {
+		return false, err
+	}
+	return top.Ticket > e.Ticket+keepTickets, nil
 }
 
 func (s *Store) remember(key driver.Key, o *own) {
@@ -660,7 +689,7 @@ func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
 			return out, err
 		}
 		for _, e := range dead {
-			if e.Name == n && e.Ticket < top.Ticket {
+			if e.Name == n && e.Ticket < top.Ticket-keepTickets {
 				ids = append(ids, e.ID)
 			}
 		}

@@ -31,6 +31,9 @@ ferretdb_install() {
   rm -rf "$scratch" "$src"
 }
 ferretdb_ready() { (exec 3<>/dev/tcp/127.0.0.1/"$FERRETDB_PORT") 2>/dev/null; }
+# synchronous(normal): no fsync per commit, as MongoDB's default write
+# concern does not wait for its journal either; the data survives a
+# FerretDB kill, only not a machine crash.
 ferretdb_start() {
   ferretdb_ready && return 0
   mkdir -p "$ferretdb_dir/data" "$ferretdb_dir/state"
