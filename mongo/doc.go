@@ -50,8 +50,9 @@
 // a smaller ticket: a decision never misses one that comes before it. The
 // ticket is the fencing token: tokens are strictly increasing per name,
 // because the highest ticket of a name is never deleted (it stays as a
-// tombstone, about 150 bytes per name ever locked, for the life of the
-// collection), so the counter never goes back.
+// tombstone for the life of the collection, with up to 16 below it: about
+// 150 bytes per name ever locked, up to 2.5 KB for a name locked often),
+// so the counter never goes back.
 //
 // Releases and takeovers do not delete documents but mark them dead
 // (tombstones). Tombstones more than 16 tickets below a name's highest
