@@ -637,18 +637,6 @@ func restartServer(t *testing.T) time.Duration {
 	return time.Since(start)
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestRestart restarts the server during holds: a lease whose TTL is
 // shorter than the outage is reported lost before anyone else is granted
 // the name; a lease whose TTL is longer survives, its keepalive retrying
@@ -760,7 +748,7 @@ func TestRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		waitFor(t, 10*time.Second, "b's listener", func() bool { return postgres.Listens(sb) >= 1 })
+		drivertest.Eventually(t, 10*time.Second, "b's listener", func() bool { return postgres.Listens(sb) >= 1 })
 
 		// Restart shortly before a renewal is due, so that it meets the outage.
 		select {
@@ -783,7 +771,7 @@ func TestRestart(t *testing.T) {
 		}
 
 		// The listener reconnected, and notifications reach b again.
-		waitFor(t, 20*time.Second, "b's listener to reconnect", func() bool { return postgres.Listens(sb) >= 2 })
+		drivertest.Eventually(t, 20*time.Second, "b's listener to reconnect", func() bool { return postgres.Listens(sb) >= 2 })
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 		w.Wait(dctx) // the reconnection woke every waiter
 		cancel()

@@ -23,7 +23,7 @@ func startPair(t testing.TB) (master, replica string) {
 	master = startServer(t, "--repl-diskless-sync-delay", "0")
 	replica = startServer(t, "--replicaof", strings.Replace(master, ":", " ", 1))
 	r := rawClient(t, replica)
-	waitFor(t, "the replica to sync", func() bool {
+	drivertest.Eventually(t, 30*time.Second, "the replica to sync", func() bool {
 		info, _ := r.Info(ctx, "replication").Result()
 		return strings.Contains(info, "master_link_status:up")
 	})

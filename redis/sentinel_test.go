@@ -54,7 +54,7 @@ sentinel failover-timeout locks 10000
 	sentinel = fmt.Sprintf("127.0.0.1:%d", port)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 	t.Cleanup(func() { sc.Close() })
-	waitFor(t, "Sentinel to see the replica", func() bool {
+	drivertest.Eventually(t, 30*time.Second, "Sentinel to see the replica", func() bool {
 		rs, err := sc.Replicas(ctx, "locks").Result()
 		return err == nil && len(rs) == 1
 	})
@@ -66,16 +66,6 @@ func rawClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func waitFor(t testing.TB, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // The conformance suite through a Sentinel-backed FailoverClient, then a
@@ -129,7 +119,7 @@ func TestSentinel(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the waiter queues
 		// Every write so far reached the replica, before Sentinel promotes it.
 		mc, rc := rawClient(t, master), rawClient(t, replica)
-		waitFor(t, "the replica to catch up", func() bool {
+		drivertest.Eventually(t, 30*time.Second, "the replica to catch up", func() bool {
 			m, _ := mc.Info(ctx, "replication").Result()
 			r, _ := rc.Info(ctx, "replication").Result()
 			return offset(m, "master_repl_offset") > 0 && offset(m, "master_repl_offset") == offset(r, "slave_repl_offset")
@@ -139,12 +129,12 @@ func TestSentinel(t *testing.T) {
 		if err := sc.Failover(ctx, "locks").Err(); err != nil {
 			t.Fatalf("SENTINEL FAILOVER: %v", err)
 		}
-		waitFor(t, "the replica to become master", func() bool {
+		drivertest.Eventually(t, 30*time.Second, "the replica to become master", func() bool {
 			a, err := sc.GetMasterAddrByName(ctx, "locks").Result()
 			return err == nil && a[0]+":"+a[1] == replica
 		})
 		// The holder's lease was not lost, and renews on the new master.
-		waitFor(t, "a renewal on the new master", func() bool { return l.Renew(ctx) == nil })
+		drivertest.Eventually(t, 30*time.Second, "a renewal on the new master", func() bool { return l.Renew(ctx) == nil })
 		if err := l.Err(); err != nil {
 			t.Fatalf("lease after the failover: %v", err)
 		}

@@ -177,18 +177,6 @@ func exists(t testing.TB, c *zk.Conn, p string) bool {
 	return ok
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestConformance(t *testing.T) {
 	srv := servers(t)
 	drivertest.Run(t, drivertest.Config{
@@ -380,7 +368,7 @@ func TestNodes(t *testing.T) {
 	if kids := children(t, z, parent); len(kids) != 0 {
 		t.Errorf("after release, children %v", kids)
 	}
-	eventually(t, 5*time.Second, "empty parent deleted after its linger", func() bool { return !exists(t, z, parent) })
+	drivertest.Eventually(t, 5*time.Second, "empty parent deleted after its linger", func() bool { return !exists(t, z, parent) })
 	// Tokens keep growing after the parent was deleted.
 	l2, err := c.TryLock(ctx, name, nil)
 	if err != nil {
@@ -430,7 +418,7 @@ func TestNoLeakAfterSessionDies(t *testing.T) {
 	case <-time.After(3 * sessionTimeout):
 		t.Error("the crashed store's session never ended")
 	}
-	eventually(t, 3*sessionTimeout, "the dead session's nodes deleted", func() bool {
+	drivertest.Eventually(t, 3*sessionTimeout, "the dead session's nodes deleted", func() bool {
 		return len(children(t, z, root+"/"+zookeeper.Escape(names[0]))) == 0 &&
 			len(children(t, z, root+"/"+zookeeper.Escape(names[1]))) == 1
 	})
@@ -472,7 +460,7 @@ func TestTTLAutoRelease(t *testing.T) {
 	if !errors.Is(l.Err(), baton.ErrExpired) {
 		t.Errorf("Err = %v, want ErrExpired", l.Err())
 	}
-	eventually(t, 5*time.Second, "node released after the TTL", func() bool {
+	drivertest.Eventually(t, 5*time.Second, "node released after the TTL", func() bool {
 		return len(children(t, z, root+"/"+zookeeper.Escape(name))) == 0
 	})
 	mu.Lock()
@@ -506,7 +494,7 @@ func (l *eventLog) kinds() []zookeeper.EventKind {
 func (l *eventLog) wait(t *testing.T, k zookeeper.EventKind, n int) zookeeper.Event {
 	t.Helper()
 	var e zookeeper.Event
-	eventually(t, 4*sessionTimeout, fmt.Sprintf("%d %q events (have %v)", n, k, l.kinds()), func() bool {
+	drivertest.Eventually(t, 4*sessionTimeout, fmt.Sprintf("%d %q events (have %v)", n, k, l.kinds()), func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		c := 0
@@ -684,7 +672,7 @@ func TestConnectionLoss(t *testing.T) {
 	}
 	close(stop)
 	<-done
-	eventually(t, 5*time.Second, "no node left", func() bool { return len(children(t, z, parent)) == 0 })
+	drivertest.Eventually(t, 5*time.Second, "no node left", func() bool { return len(children(t, z, parent)) == 0 })
 }
 
 // TestWaitCancellable: a wait ends with its context, leaving no node.
@@ -738,7 +726,7 @@ func TestNoHerd(t *testing.T) {
 			results <- l
 		}()
 		// Queue in order.
-		eventually(t, 10*time.Second, "waiter queued", func() bool { _, ok := stores[i].Waiting(name, owners[i]); return ok })
+		drivertest.Eventually(t, 10*time.Second, "waiter queued", func() bool { _, ok := stores[i].Waiting(name, owners[i]); return ok })
 	}
 	z := raw(t)
 	kids := children(t, z, root+"/"+zookeeper.Escape(name))
@@ -915,7 +903,7 @@ func TestQueuedNodeDeleted(t *testing.T) {
 		}
 		got <- l
 	}()
-	eventually(t, 10*time.Second, "b queued", func() bool { _, ok := b.Waiting(name, "b"); return ok })
+	drivertest.Eventually(t, 10*time.Second, "b queued", func() bool { _, ok := b.Waiting(name, "b"); return ok })
 	time.Sleep(50 * time.Millisecond) // b's watches are set
 	if held, err := admin.Release(ctx, []driver.Key{{Name: name, Owner: "b"}}); err != nil || held[0] {
 		t.Fatalf("admin release of the queued entry = %v, %v", held, err)
@@ -1007,7 +995,7 @@ func TestOwnConnectionLostSessionComesBack(t *testing.T) {
 	cut.set(false)
 	z := raw(t)
 	parent := root + "/" + zookeeper.Escape(name)
-	eventually(t, 10*time.Second, "the lost session's node deleted", func() bool { return len(children(t, z, parent)) == 0 })
+	drivertest.Eventually(t, 10*time.Second, "the lost session's node deleted", func() bool { return len(children(t, z, parent)) == 0 })
 	if conn.SessionID() != first.SessionID {
 		t.Fatalf("the server expired the session (%x → %x): the test needs it kept", first.SessionID, conn.SessionID())
 	}
