@@ -34,6 +34,9 @@ type Result struct {
 	Bound        time.Duration
 	Violations   []string
 	Errors       []error // the harness itself failed (a worker crashed…)
+	// KnownRaces counts workers built with -race that found only a known
+	// data race inside a store's driver (knownRaces).
+	KnownRaces int
 }
 
 // Bound is the stated bound on the time from the death of a holder to the

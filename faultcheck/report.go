@@ -77,6 +77,9 @@ func (r *Result) Markdown(command string) string {
 	row("re-grants measured after a holder's death", r.Regrants)
 	row("worst time to re-grant", r.WorstRegrant.Round(time.Millisecond))
 	row("bound (2×TTL + 10×MaxPoll + 3s; + downtime + TTL across a restart)", r.Bound)
+	if r.KnownRaces > 0 {
+		row("workers whose race detector found only a known race inside the driver", r.KnownRaces)
+	}
 	row("violations", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "\n- violation: %s", v)
