@@ -12,8 +12,9 @@
 //	st, err := batonetcd.New(cli, nil)
 //	client, err := baton.New(st, nil)
 //
-// It needs etcd 3.4 or later (it is tested against Debian's etcd 3.4 and
-// uses the client of etcd 3.6).
+// It needs etcd 3.4 or later: every test runs on etcd 3.4 (Debian's) and
+// 3.7, and a three-member cluster test on 3.4; it uses the client of etcd
+// 3.6.
 //
 // # URL
 //

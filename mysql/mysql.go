@@ -10,6 +10,9 @@
 // or open a store directly with [Open] (from a go-sql-driver DSN) or [New]
 // (over a *sql.DB of your own) and pass it to baton.New.
 //
+// Every test, the transactional mode's included, and faultcheck run on
+// MariaDB 10.11 and MySQL 8.0.31.
+//
 // # URL
 //
 // mysql:// and mariadb:// URLs have the form

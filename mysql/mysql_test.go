@@ -32,20 +32,19 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dsn := os.Getenv("BATON_TEST_MYSQL"); dsn != "" {
-		drop(dsn, dropTables...)
+	for _, s := range drivertest.Servers(serversEnv) {
+		drop(s.URL, dropTables...)
 	}
 	os.Exit(code)
 }
 
-// dsn is the test server's DSN.
+// serversEnv lists the servers the tests run on (scripts/servers env).
+const serversEnv = "BATON_TEST_MYSQL"
+
+// dsn is the DSN of the server t runs on.
 func dsn(t testing.TB) string {
 	t.Helper()
-	d := os.Getenv("BATON_TEST_MYSQL")
-	if d == "" {
-		t.Fatal("BATON_TEST_MYSQL is not set: run `scripts/servers up mariadb` and `export \"$(scripts/servers env mariadb)\"` from the repository root")
-	}
-	return d
+	return drivertest.ServerOf(t, serversEnv).URL
 }
 
 func drop(dsn string, tables ...string) {
@@ -114,319 +113,335 @@ func rawDB(t testing.TB) *sql.DB {
 }
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, drivertest.Config{
-		Open: func(t testing.TB) driver.Store { return open(t, table) },
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Run(t, drivertest.Config{
+			Open: func(t testing.TB) driver.Store { return open(t, table) },
+		})
 	})
 }
 
 func TestBasic(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	sa := open(t, table)
-	a := client(t, sa, nil)
-	b := client(t, open(t, table), nil)
-	n := "basic/" + t.Name()
-	before := time.Now()
-	la, err := a.TryLock(ctx, n, &baton.LockOptions{TTL: 1500 * time.Millisecond, Meta: map[string]string{"k": "v"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := b.Status(ctx, &baton.Filter{Name: n})
-	if err != nil || len(st) != 1 {
-		t.Fatalf("Status = %+v, %v", st, err)
-	}
-	h := st[0]
-	if h.Owner != la.Owner() || h.Token != la.Token() || h.Meta["k"] != "v" || h.TTL != 1500*time.Millisecond {
-		t.Errorf("Status entry %+v", h)
-	}
-	if d := h.Expires.Sub(h.Renewed); d != 1500*time.Millisecond {
-		t.Errorf("Expires-Renewed = %v, want the TTL", d)
-	}
-	if d := h.Created.Sub(before); d < -time.Minute || d > time.Minute {
-		t.Errorf("Created %v is %v away from this machine's clock", h.Created, d)
-	}
-	if mysql.HeldBells(sa) != 1 {
-		t.Errorf("%d bells held while holding one lock, want 1", mysql.HeldBells(sa))
-	}
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if mysql.HeldBells(sa) != 0 {
-		t.Errorf("%d bells held after the release, want 0", mysql.HeldBells(sa))
-	}
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		sa := open(t, table)
+		a := client(t, sa, nil)
+		b := client(t, open(t, table), nil)
+		n := "basic/" + t.Name()
+		before := time.Now()
+		la, err := a.TryLock(ctx, n, &baton.LockOptions{TTL: 1500 * time.Millisecond, Meta: map[string]string{"k": "v"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.Status(ctx, &baton.Filter{Name: n})
+		if err != nil || len(st) != 1 {
+			t.Fatalf("Status = %+v, %v", st, err)
+		}
+		h := st[0]
+		if h.Owner != la.Owner() || h.Token != la.Token() || h.Meta["k"] != "v" || h.TTL != 1500*time.Millisecond {
+			t.Errorf("Status entry %+v", h)
+		}
+		if d := h.Expires.Sub(h.Renewed); d != 1500*time.Millisecond {
+			t.Errorf("Expires-Renewed = %v, want the TTL", d)
+		}
+		if d := h.Created.Sub(before); d < -time.Minute || d > time.Minute {
+			t.Errorf("Created %v is %v away from this machine's clock", h.Created, d)
+		}
+		if mysql.HeldBells(sa) != 1 {
+			t.Errorf("%d bells held while holding one lock, want 1", mysql.HeldBells(sa))
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if mysql.HeldBells(sa) != 0 {
+			t.Errorf("%d bells held after the release, want 0", mysql.HeldBells(sa))
+		}
+	})
 }
 
 // TestNamesAreBytes checks that names differing only in case, trailing
 // spaces or accents are different locks, and come back byte for byte.
 func TestNamesAreBytes(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	a := client(t, open(t, table), nil)
-	b := client(t, open(t, table), nil)
-	base := "bytes/" + t.Name() + "/"
-	names := []string{"x", "X", "x ", "x  ", "e", "é", "E", "ß", "ss", "a\u0301", "á"}
-	var ls []*baton.Lease
-	for i, n := range names {
-		c := a
-		if i%2 == 1 {
-			c = b
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		a := client(t, open(t, table), nil)
+		b := client(t, open(t, table), nil)
+		base := "bytes/" + t.Name() + "/"
+		names := []string{"x", "X", "x ", "x  ", "e", "é", "E", "ß", "ss", "a\u0301", "á"}
+		var ls []*baton.Lease
+		for i, n := range names {
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			l, err := c.TryLock(ctx, base+n, nil)
+			if err != nil {
+				t.Fatalf("TryLock(%q) after %q: %v: the names collide", base+n, names[:i], err)
+			}
+			ls = append(ls, l)
 		}
-		l, err := c.TryLock(ctx, base+n, nil)
-		if err != nil {
-			t.Fatalf("TryLock(%q) after %q: %v: the names collide", base+n, names[:i], err)
+		hs, err := a.Status(ctx, &baton.Filter{Prefix: base})
+		if err != nil || len(hs) != len(names) {
+			t.Fatalf("Status = %d holds, %v; want %d", len(hs), err, len(names))
 		}
-		ls = append(ls, l)
-	}
-	hs, err := a.Status(ctx, &baton.Filter{Prefix: base})
-	if err != nil || len(hs) != len(names) {
-		t.Fatalf("Status = %d holds, %v; want %d", len(hs), err, len(names))
-	}
-	seen := map[string]bool{}
-	for _, h := range hs {
-		seen[h.Name] = true
-	}
-	for _, n := range names {
-		if !seen[base+n] {
-			t.Errorf("Status lost name %q", base+n)
+		seen := map[string]bool{}
+		for _, h := range hs {
+			seen[h.Name] = true
 		}
-		hs, err := a.Status(ctx, &baton.Filter{Name: base + n})
-		if err != nil || len(hs) != 1 || hs[0].Name != base+n {
-			t.Errorf("Status(%q) = %+v, %v", base+n, hs, err)
+		for _, n := range names {
+			if !seen[base+n] {
+				t.Errorf("Status lost name %q", base+n)
+			}
+			hs, err := a.Status(ctx, &baton.Filter{Name: base + n})
+			if err != nil || len(hs) != 1 || hs[0].Name != base+n {
+				t.Errorf("Status(%q) = %+v, %v", base+n, hs, err)
+			}
 		}
-	}
-	for _, l := range ls {
-		if err := l.ReleaseStrict(ctx); err != nil {
-			t.Errorf("release %q: %v", l.Name(), err)
+		for _, l := range ls {
+			if err := l.ReleaseStrict(ctx); err != nil {
+				t.Errorf("release %q: %v", l.Name(), err)
+			}
 		}
-	}
+	})
 }
 
 func TestConcurrentFirstOpen(t *testing.T) {
-	tb := freshTable(t)
-	ctx := ctxFor(t, 60*time.Second)
-	stores := make([]*mysql.Store, 8)
-	errs := make([]error, 8)
-	var wg sync.WaitGroup
-	for i := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stores[i], errs[i] = mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Open %d: %v", i, err)
-		} else {
-			t.Cleanup(func() { stores[i].Close() })
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		tb := freshTable(t)
+		ctx := ctxFor(t, 60*time.Second)
+		stores := make([]*mysql.Store, 8)
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stores[i], errs[i] = mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
+			}()
 		}
-	}
-	if t.Failed() {
-		return
-	}
-	// All of them work on the same table.
-	var last uint64
-	for i, s := range stores {
-		g, err := s.Acquire(ctx, &driver.Request{Name: "first-open", Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
-		if err != nil {
-			t.Fatalf("store %d: Acquire: %v", i, err)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("Open %d: %v", i, err)
+			} else {
+				t.Cleanup(func() { stores[i].Close() })
+			}
 		}
-		if g.Token <= last {
-			t.Errorf("store %d: token %d not above %d", i, g.Token, last)
+		if t.Failed() {
+			return
 		}
-		last = g.Token
-		if held, err := s.Release(ctx, []driver.Key{{Name: "first-open", Owner: fmt.Sprint("o", i)}}); err != nil || !held[0] {
-			t.Fatalf("store %d: Release = %v, %v", i, held, err)
+		// All of them work on the same table.
+		var last uint64
+		for i, s := range stores {
+			g, err := s.Acquire(ctx, &driver.Request{Name: "first-open", Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
+			if err != nil {
+				t.Fatalf("store %d: Acquire: %v", i, err)
+			}
+			if g.Token <= last {
+				t.Errorf("store %d: token %d not above %d", i, g.Token, last)
+			}
+			last = g.Token
+			if held, err := s.Release(ctx, []driver.Key{{Name: "first-open", Owner: fmt.Sprint("o", i)}}); err != nil || !held[0] {
+				t.Fatalf("store %d: Release = %v, %v", i, held, err)
+			}
 		}
-	}
+	})
 }
 
 func TestInvalidTable(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	for _, tb := range []string{"Locks", "1locks", "my-locks", "locks;drop", "a b", strings.Repeat("x", 42), "`x`"} {
-		_, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
-		if err == nil || !strings.Contains(err.Error(), "invalid table name") {
-			t.Errorf("Open with table %q: %v, want an invalid table name error", tb, err)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		for _, tb := range []string{"Locks", "1locks", "my-locks", "locks;drop", "a b", strings.Repeat("x", 42), "`x`"} {
+			_, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
+			if err == nil || !strings.Contains(err.Error(), "invalid table name") {
+				t.Errorf("Open with table %q: %v, want an invalid table name error", tb, err)
+			}
+			if _, err := mysql.New(rawDB(t), &mysql.Options{Table: tb}); err == nil || !strings.Contains(err.Error(), "invalid table name") {
+				t.Errorf("New with table %q: %v, want an invalid table name error", tb, err)
+			}
+			if _, err := mysql.DDL(tb); err == nil {
+				t.Errorf("DDL(%q) succeeded", tb)
+			}
 		}
-		if _, err := mysql.New(rawDB(t), &mysql.Options{Table: tb}); err == nil || !strings.Contains(err.Error(), "invalid table name") {
-			t.Errorf("New with table %q: %v, want an invalid table name error", tb, err)
+		if _, _, err := mysql.ParseURL("mysql://u@h/db?baton_table=Bad"); err == nil || !strings.Contains(err.Error(), "invalid table name") {
+			t.Errorf("ParseURL with baton_table=Bad: %v", err)
 		}
-		if _, err := mysql.DDL(tb); err == nil {
-			t.Errorf("DDL(%q) succeeded", tb)
-		}
-	}
-	if _, _, err := mysql.ParseURL("mysql://u@h/db?baton_table=Bad"); err == nil || !strings.Contains(err.Error(), "invalid table name") {
-		t.Errorf("ParseURL with baton_table=Bad: %v", err)
-	}
+	})
 }
 
 func TestParseURL(t *testing.T) {
-	for _, tc := range []struct {
-		url      string
-		user     string
-		pass     string
-		net      string
-		addr     string
-		db       string
-		table    string
-		nocreate bool
-		check    func(c *mysqldrv.Config) string
-	}{
-		{url: "mysql://baton:baton@127.0.0.1:3306/baton_test", user: "baton", pass: "baton", net: "tcp", addr: "127.0.0.1:3306", db: "baton_test"},
-		{url: "mariadb://app@db.example.com/app", user: "app", net: "tcp", addr: "db.example.com:3306", db: "app"},
-		{url: "mysql://u:p%40ss%2Fw%3Ard@[::1]:3307/d?baton_table=my_locks&baton_nocreate=1", user: "u", pass: "p@ss/w:rd",
-			net: "tcp", addr: "[::1]:3307", db: "d", table: "my_locks", nocreate: true},
-		{url: "mysql://u:p@/d?socket=/run/mysqld/mysqld.sock", user: "u", pass: "p", net: "unix", addr: "/run/mysqld/mysqld.sock", db: "d"},
-		{url: "mysql://u:p@h:1/d?tls=skip-verify&timeout=5s&readTimeout=2s&charset=utf8mb4", user: "u", pass: "p", net: "tcp", addr: "h:1", db: "d",
-			check: func(c *mysqldrv.Config) string {
-				if c.TLSConfig != "skip-verify" || c.Timeout != 5*time.Second || c.ReadTimeout != 2*time.Second {
-					return fmt.Sprintf("tls %q timeout %v readTimeout %v", c.TLSConfig, c.Timeout, c.ReadTimeout)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		for _, tc := range []struct {
+			url      string
+			user     string
+			pass     string
+			net      string
+			addr     string
+			db       string
+			table    string
+			nocreate bool
+			check    func(c *mysqldrv.Config) string
+		}{
+			{url: "mysql://baton:baton@127.0.0.1:3306/baton_test", user: "baton", pass: "baton", net: "tcp", addr: "127.0.0.1:3306", db: "baton_test"},
+			{url: "mariadb://app@db.example.com/app", user: "app", net: "tcp", addr: "db.example.com:3306", db: "app"},
+			{url: "mysql://u:p%40ss%2Fw%3Ard@[::1]:3307/d?baton_table=my_locks&baton_nocreate=1", user: "u", pass: "p@ss/w:rd",
+				net: "tcp", addr: "[::1]:3307", db: "d", table: "my_locks", nocreate: true},
+			{url: "mysql://u:p@/d?socket=/run/mysqld/mysqld.sock", user: "u", pass: "p", net: "unix", addr: "/run/mysqld/mysqld.sock", db: "d"},
+			{url: "mysql://u:p@h:1/d?tls=skip-verify&timeout=5s&readTimeout=2s&charset=utf8mb4", user: "u", pass: "p", net: "tcp", addr: "h:1", db: "d",
+				check: func(c *mysqldrv.Config) string {
+					if c.TLSConfig != "skip-verify" || c.Timeout != 5*time.Second || c.ReadTimeout != 2*time.Second {
+						return fmt.Sprintf("tls %q timeout %v readTimeout %v", c.TLSConfig, c.Timeout, c.ReadTimeout)
+					}
+					return ""
+				}},
+		} {
+			dsn, opts, err := mysql.ParseURL(tc.url)
+			if err != nil {
+				t.Errorf("ParseURL(%q): %v", tc.url, err)
+				continue
+			}
+			c, err := mysqldrv.ParseDSN(dsn)
+			if err != nil {
+				t.Errorf("ParseURL(%q) = %q, which the driver refuses: %v", tc.url, dsn, err)
+				continue
+			}
+			if c.User != tc.user || c.Passwd != tc.pass || c.Net != tc.net || c.Addr != tc.addr || c.DBName != tc.db {
+				t.Errorf("ParseURL(%q) = %q: user %q pass %q net %q addr %q db %q", tc.url, dsn, c.User, c.Passwd, c.Net, c.Addr, c.DBName)
+			}
+			if opts.Table != tc.table || opts.NoCreate != tc.nocreate {
+				t.Errorf("ParseURL(%q): options %+v", tc.url, opts)
+			}
+			if tc.check != nil {
+				if msg := tc.check(c); msg != "" {
+					t.Errorf("ParseURL(%q) = %q: %s", tc.url, dsn, msg)
 				}
-				return ""
-			}},
-	} {
-		dsn, opts, err := mysql.ParseURL(tc.url)
-		if err != nil {
-			t.Errorf("ParseURL(%q): %v", tc.url, err)
-			continue
-		}
-		c, err := mysqldrv.ParseDSN(dsn)
-		if err != nil {
-			t.Errorf("ParseURL(%q) = %q, which the driver refuses: %v", tc.url, dsn, err)
-			continue
-		}
-		if c.User != tc.user || c.Passwd != tc.pass || c.Net != tc.net || c.Addr != tc.addr || c.DBName != tc.db {
-			t.Errorf("ParseURL(%q) = %q: user %q pass %q net %q addr %q db %q", tc.url, dsn, c.User, c.Passwd, c.Net, c.Addr, c.DBName)
-		}
-		if opts.Table != tc.table || opts.NoCreate != tc.nocreate {
-			t.Errorf("ParseURL(%q): options %+v", tc.url, opts)
-		}
-		if tc.check != nil {
-			if msg := tc.check(c); msg != "" {
-				t.Errorf("ParseURL(%q) = %q: %s", tc.url, dsn, msg)
 			}
 		}
-	}
-	for _, bad := range []string{
-		"mysql://u@h/db?baton_nope=1",
-		"mysql://u@h/",
-		"mysql://u@h/a/b",
-		"mysql:///db",
-		"mysql://u@h/db?baton_nocreate=maybe",
-		"mysql://u@h/db?socket=/x.sock",
-		"postgres://u@h/db",
-	} {
-		if _, _, err := mysql.ParseURL(bad); err == nil {
-			t.Errorf("ParseURL(%q) succeeded", bad)
+		for _, bad := range []string{
+			"mysql://u@h/db?baton_nope=1",
+			"mysql://u@h/",
+			"mysql://u@h/a/b",
+			"mysql:///db",
+			"mysql://u@h/db?baton_nocreate=maybe",
+			"mysql://u@h/db?socket=/x.sock",
+			"postgres://u@h/db",
+		} {
+			if _, _, err := mysql.ParseURL(bad); err == nil {
+				t.Errorf("ParseURL(%q) succeeded", bad)
+			}
 		}
-	}
-	// baton.Open knows both schemes, and the table parameter.
-	tb := freshTable(t)
-	ctx := ctxFor(t, 30*time.Second)
-	cfg, err := mysqldrv.ParseDSN(dsn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, scheme := range []string{"mysql", "mariadb"} {
-		u := fmt.Sprintf("%s://%s:%s@%s/%s?baton_table=%s", scheme, cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName, tb)
-		c, err := baton.Open(ctx, u, nil)
+		// baton.Open knows both schemes, and the table parameter.
+		tb := freshTable(t)
+		ctx := ctxFor(t, 30*time.Second)
+		cfg, err := mysqldrv.ParseDSN(dsn(t))
 		if err != nil {
-			t.Fatalf("baton.Open(%s://…): %v", scheme, err)
+			t.Fatal(err)
 		}
-		l, err := c.TryLock(ctx, "url", nil)
-		if err != nil {
-			t.Fatalf("TryLock through %s://: %v", scheme, err)
+		for _, scheme := range []string{"mysql", "mariadb"} {
+			u := fmt.Sprintf("%s://%s:%s@%s/%s?baton_table=%s", scheme, cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName, tb)
+			c, err := baton.Open(ctx, u, nil)
+			if err != nil {
+				t.Fatalf("baton.Open(%s://…): %v", scheme, err)
+			}
+			l, err := c.TryLock(ctx, "url", nil)
+			if err != nil {
+				t.Fatalf("TryLock through %s://: %v", scheme, err)
+			}
+			l.Release(ctx)
+			c.Close()
 		}
-		l.Release(ctx)
-		c.Close()
-	}
+	})
 }
 
 func TestNoCreate(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	tb := freshTable(t)
-	_, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true})
-	if err == nil || !strings.Contains(err.Error(), "NoCreate") || !strings.Contains(err.Error(), tb) {
-		t.Fatalf("Open with NoCreate of a missing table: %v, want a clear error", err)
-	}
-	// New fails on first use, with the same error.
-	s, err := mysql.New(rawDB(t), &mysql.Options{Table: tb, NoCreate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.List(ctx, &driver.Filter{}); err == nil || !strings.Contains(err.Error(), "NoCreate") {
-		t.Errorf("List on a NoCreate store of a missing table: %v", err)
-	}
-	s.Close()
-	// The DDL script, run by hand, makes it work.
-	script, err := mysql.DDL(tb)
-	if err != nil || !strings.Contains(script, "DELIMITER //") || !strings.Contains(script, tb+"_acquire") {
-		t.Fatalf("DDL = %.200q…, %v", script, err)
-	}
-	db := rawDB(t)
-	for _, q := range mysql.Statements(tb) {
-		if !strings.Contains(script, q) {
-			t.Fatalf("DDL script lacks %.80q", q)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		_, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true})
+		if err == nil || !strings.Contains(err.Error(), "NoCreate") || !strings.Contains(err.Error(), tb) {
+			t.Fatalf("Open with NoCreate of a missing table: %v, want a clear error", err)
 		}
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("DDL statement %.80q: %v", q, err)
+		// New fails on first use, with the same error.
+		s, err := mysql.New(rawDB(t), &mysql.Options{Table: tb, NoCreate: true})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	s2, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true})
-	if err != nil {
-		t.Fatalf("Open with NoCreate after running the DDL: %v", err)
-	}
-	defer s2.Close()
-	if _, err := s2.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); err != nil {
-		t.Errorf("Acquire: %v", err)
-	}
-	// An out-of-date procedure is refused with NoCreate, and replaced
-	// without.
-	if _, err := db.ExecContext(ctx, "ALTER PROCEDURE "+tb+"_purge COMMENT 'old'"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "out of date") {
-		t.Errorf("Open with NoCreate and an old procedure: %v", err)
-	}
-	s3, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
-	if err != nil {
-		t.Fatalf("Open after an old procedure: %v", err)
-	}
-	s3.Close()
+		if _, err := s.List(ctx, &driver.Filter{}); err == nil || !strings.Contains(err.Error(), "NoCreate") {
+			t.Errorf("List on a NoCreate store of a missing table: %v", err)
+		}
+		s.Close()
+		// The DDL script, run by hand, makes it work.
+		script, err := mysql.DDL(tb)
+		if err != nil || !strings.Contains(script, "DELIMITER //") || !strings.Contains(script, tb+"_acquire") {
+			t.Fatalf("DDL = %.200q…, %v", script, err)
+		}
+		db := rawDB(t)
+		for _, q := range mysql.Statements(tb) {
+			if !strings.Contains(script, q) {
+				t.Fatalf("DDL script lacks %.80q", q)
+			}
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				t.Fatalf("DDL statement %.80q: %v", q, err)
+			}
+		}
+		s2, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true})
+		if err != nil {
+			t.Fatalf("Open with NoCreate after running the DDL: %v", err)
+		}
+		defer s2.Close()
+		if _, err := s2.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); err != nil {
+			t.Errorf("Acquire: %v", err)
+		}
+		// An out-of-date procedure is refused with NoCreate, and replaced
+		// without.
+		if _, err := db.ExecContext(ctx, "ALTER PROCEDURE "+tb+"_purge COMMENT 'old'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "out of date") {
+			t.Errorf("Open with NoCreate and an old procedure: %v", err)
+		}
+		s3, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: tb})
+		if err != nil {
+			t.Fatalf("Open after an old procedure: %v", err)
+		}
+		s3.Close()
+	})
 }
 
 // TestNew checks a store over a caller's pool: Close leaves the pool open
 // and returns every connection the store took.
 func TestNew(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	db := rawDB(t)
-	s, err := mysql.New(db, &mysql.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := client(t, s, nil)
-	other := client(t, open(t, table), nil)
-	n := "new/" + t.Name()
-	l := mustLock(t, ctx, other, n)
-	ch := make(chan error, 1)
-	go func() {
-		l2, err := c.Lock(ctx, n, nil)
-		if err == nil {
-			err = l2.Release(ctx)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		db := rawDB(t)
+		s, err := mysql.New(db, &mysql.Options{Table: table})
+		if err != nil {
+			t.Fatal(err)
 		}
-		ch <- err
-	}()
-	waitQueued(t, ctx, other, n, 1)
-	l.Release(ctx)
-	if err := <-ch; err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if err := db.PingContext(ctx); err != nil {
-		t.Errorf("the caller's pool after Close: %v", err)
-	}
-	if st := db.Stats(); st.InUse != 0 {
-		t.Errorf("%d connections of the caller's pool still in use after Close", st.InUse)
-	}
+		c := client(t, s, nil)
+		other := client(t, open(t, table), nil)
+		n := "new/" + t.Name()
+		l := mustLock(t, ctx, other, n)
+		ch := make(chan error, 1)
+		go func() {
+			l2, err := c.Lock(ctx, n, nil)
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			ch <- err
+		}()
+		waitQueued(t, ctx, other, n, 1)
+		l.Release(ctx)
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if err := db.PingContext(ctx); err != nil {
+			t.Errorf("the caller's pool after Close: %v", err)
+		}
+		if st := db.Stats(); st.InUse != 0 {
+			t.Errorf("%d connections of the caller's pool still in use after Close", st.InUse)
+		}
+	})
 }
 
 func mustLock(t testing.TB, ctx context.Context, c *baton.Client, n string) *baton.Lease {
@@ -467,299 +482,305 @@ func waitQueued(t testing.TB, ctx context.Context, c *baton.Client, name string,
 // can hand the lock over in time. A chain of exclusive waiters, a writer
 // behind readers and readers behind a writer are each woken.
 func TestWokenByBells(t *testing.T) {
-	ctx := ctxFor(t, 40*time.Second)
-	slow := &baton.Options{MaxPoll: 10 * time.Minute, TTL: 10 * time.Minute}
-	n := "bells/" + t.Name()
-	cs := make([]*baton.Client, 4)
-	for i := range cs {
-		cs[i] = client(t, open(t, table), slow)
-	}
-	deadline := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 40*time.Second)
+		slow := &baton.Options{MaxPoll: 10 * time.Minute, TTL: 10 * time.Minute}
+		n := "bells/" + t.Name()
+		cs := make([]*baton.Client, 4)
+		for i := range cs {
+			cs[i] = client(t, open(t, table), slow)
+		}
+		deadline := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
 
-	// A chain: 0 holds, 1, 2, 3 wait in turn.
-	l0 := mustLock(t, ctx, cs[0], n)
-	type res struct {
-		i int
-		l *baton.Lease
-	}
-	got := make(chan res, 3)
-	for i := 1; i < 4; i++ {
-		go func() {
-			wctx, cancel := deadline()
-			defer cancel()
-			l, err := cs[i].Lock(wctx, n, nil)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				got <- res{i, nil}
-				return
-			}
-			got <- res{i, l}
-		}()
-		waitQueued(t, ctx, cs[0], n, i)
-	}
-	if err := l0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for want := 1; want < 4; want++ {
-		r := <-got
-		if r.l == nil {
-			t.FailNow()
+		// A chain: 0 holds, 1, 2, 3 wait in turn.
+		l0 := mustLock(t, ctx, cs[0], n)
+		type res struct {
+			i int
+			l *baton.Lease
 		}
-		if r.i != want {
-			t.Errorf("waiter %d got the lock, want %d (FIFO)", r.i, want)
+		got := make(chan res, 3)
+		for i := 1; i < 4; i++ {
+			go func() {
+				wctx, cancel := deadline()
+				defer cancel()
+				l, err := cs[i].Lock(wctx, n, nil)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					got <- res{i, nil}
+					return
+				}
+				got <- res{i, l}
+			}()
+			waitQueued(t, ctx, cs[0], n, i)
 		}
-		if err := r.l.Release(ctx); err != nil {
+		if err := l0.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-	}
-
-	// A writer behind two readers, woken when the last one leaves.
-	sh := &baton.LockOptions{Shared: true}
-	r1, err := cs[0].TryLock(ctx, n, sh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := cs[1].TryLock(ctx, n, sh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wch := make(chan *baton.Lease, 1)
-	go func() {
-		wctx, cancel := deadline()
-		defer cancel()
-		l, err := cs[2].Lock(wctx, n, nil)
-		if err != nil {
-			t.Errorf("writer: %v", err)
+		for want := 1; want < 4; want++ {
+			r := <-got
+			if r.l == nil {
+				t.FailNow()
+			}
+			if r.i != want {
+				t.Errorf("waiter %d got the lock, want %d (FIFO)", r.i, want)
+			}
+			if err := r.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
-		wch <- l
-	}()
-	waitQueued(t, ctx, cs[0], n, 1)
-	r2.Release(ctx) // the newer reader first: the writer waits on the oldest
-	time.Sleep(50 * time.Millisecond)
-	r1.Release(ctx)
-	w := <-wch
-	if w == nil {
-		t.FailNow()
-	}
 
-	// Two readers behind the writer, both woken by its release.
-	rch := make(chan *baton.Lease, 2)
-	for _, c := range []*baton.Client{cs[0], cs[1]} {
+		// A writer behind two readers, woken when the last one leaves.
+		sh := &baton.LockOptions{Shared: true}
+		r1, err := cs[0].TryLock(ctx, n, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := cs[1].TryLock(ctx, n, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wch := make(chan *baton.Lease, 1)
 		go func() {
 			wctx, cancel := deadline()
 			defer cancel()
-			l, err := c.Lock(wctx, n, sh)
+			l, err := cs[2].Lock(wctx, n, nil)
 			if err != nil {
-				t.Errorf("reader: %v", err)
+				t.Errorf("writer: %v", err)
 			}
-			rch <- l
+			wch <- l
 		}()
-	}
-	waitQueued(t, ctx, cs[0], n, 2)
-	w.Release(ctx)
-	for range 2 {
-		if l := <-rch; l != nil {
-			l.Release(ctx)
+		waitQueued(t, ctx, cs[0], n, 1)
+		r2.Release(ctx) // the newer reader first: the writer waits on the oldest
+		time.Sleep(50 * time.Millisecond)
+		r1.Release(ctx)
+		w := <-wch
+		if w == nil {
+			t.FailNow()
 		}
-	}
+
+		// Two readers behind the writer, both woken by its release.
+		rch := make(chan *baton.Lease, 2)
+		for _, c := range []*baton.Client{cs[0], cs[1]} {
+			go func() {
+				wctx, cancel := deadline()
+				defer cancel()
+				l, err := c.Lock(wctx, n, sh)
+				if err != nil {
+					t.Errorf("reader: %v", err)
+				}
+				rch <- l
+			}()
+		}
+		waitQueued(t, ctx, cs[0], n, 2)
+		w.Release(ctx)
+		for range 2 {
+			if l := <-rch; l != nil {
+				l.Release(ctx)
+			}
+		}
+	})
 }
 
 // TestLostBells checks that waiters still get the lock, by backing off
 // to polling, when the holder's bells are gone while it holds.
 func TestLostBells(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	sa := open(t, table)
-	a := client(t, sa, nil)
-	b := client(t, open(t, table), nil)
-	n := "lostbells/" + t.Name()
-	l := mustLock(t, ctx, a, n)
-	mysql.BreakBells(sa)
-	ch := make(chan error, 1)
-	go func() {
-		l2, err := b.Lock(ctx, n, nil)
-		if err == nil {
-			err = l2.Release(ctx)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		sa := open(t, table)
+		a := client(t, sa, nil)
+		b := client(t, open(t, table), nil)
+		n := "lostbells/" + t.Name()
+		l := mustLock(t, ctx, a, n)
+		mysql.BreakBells(sa)
+		ch := make(chan error, 1)
+		go func() {
+			l2, err := b.Lock(ctx, n, nil)
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			ch <- err
+		}()
+		waitQueued(t, ctx, a, n, 1)
+		time.Sleep(100 * time.Millisecond) // the waiter finds the bell free and backs off
+		select {
+		case err := <-ch:
+			t.Fatalf("waiter returned while the lock was held: %v", err)
+		default:
 		}
-		ch <- err
-	}()
-	waitQueued(t, ctx, a, n, 1)
-	time.Sleep(100 * time.Millisecond) // the waiter finds the bell free and backs off
-	select {
-	case err := <-ch:
-		t.Fatalf("waiter returned while the lock was held: %v", err)
-	default:
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-ch; err != nil {
-		t.Fatal(err)
-	}
-	// The store took a new bell connection for the next lock.
-	l = mustLock(t, ctx, a, n)
-	if mysql.HeldBells(sa) != 1 {
-		t.Errorf("%d bells held after the bell connection was replaced, want 1", mysql.HeldBells(sa))
-	}
-	l.Release(ctx)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+		// The store took a new bell connection for the next lock.
+		l = mustLock(t, ctx, a, n)
+		if mysql.HeldBells(sa) != 1 {
+			t.Errorf("%d bells held after the bell connection was replaced, want 1", mysql.HeldBells(sa))
+		}
+		l.Release(ctx)
+	})
 }
 
 // TestInTx checks that a transaction under the lock excludes leases and
 // other transactions, waits for a lease holder, gets tokens from the same
 // counter, and commits or rolls back with fn.
 func TestInTx(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
-	s := open(t, table)
-	c := client(t, open(t, table), nil)
-	db := rawDB(t)
-	data := freshTable(t) + "_data"
-	if _, err := db.ExecContext(ctx, "CREATE TABLE "+data+" (k VARCHAR(64) PRIMARY KEY, token BIGINT UNSIGNED) ENGINE=InnoDB"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+data) })
-	n := "intx/" + t.Name()
-
-	// It waits for a lease holder, and takes the next token.
-	l := mustLock(t, ctx, c, n)
-	var inside atomic.Bool
-	done := make(chan error, 1)
-	var txToken uint64
-	go func() {
-		done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
-			inside.Store(true)
-			txToken = token
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('committed', ?)", token)
-			return err
-		})
-	}()
-	waitQueued(t, ctx, c, n, 1)
-	time.Sleep(100 * time.Millisecond)
-	if inside.Load() {
-		t.Fatal("InTx ran while a lease held the lock")
-	}
-	l.Release(ctx)
-	if err := <-done; err != nil {
-		t.Fatalf("InTx: %v", err)
-	}
-	if txToken <= l.Token() {
-		t.Errorf("InTx token %d not above the lease's %d", txToken, l.Token())
-	}
-	var tok uint64
-	if err := db.QueryRowContext(ctx, "SELECT token FROM "+data+" WHERE k = 'committed'").Scan(&tok); err != nil || tok != txToken {
-		t.Errorf("committed row: token %d, %v", tok, err)
-	}
-
-	// A lease and another InTx wait while fn runs; both come after it.
-	release := make(chan struct{})
-	running := make(chan struct{})
-	var active atomic.Int32
-	go func() {
-		done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
-			if active.Add(1) != 1 {
-				t.Error("two sections at once")
-			}
-			close(running)
-			<-release
-			active.Add(-1)
-			return nil
-		})
-	}()
-	<-running
-	other := open(t, table)
-	done2 := make(chan error, 1)
-	go func() {
-		done2 <- other.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
-			if active.Add(1) != 1 {
-				t.Error("two sections at once")
-			}
-			active.Add(-1)
-			return nil
-		})
-	}()
-	leased := make(chan struct{})
-	go func() {
-		defer close(leased)
-		l, err := c.Lock(ctx, n, nil)
-		if err != nil {
-			t.Errorf("Lock during InTx: %v", err)
-			return
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		s := open(t, table)
+		c := client(t, open(t, table), nil)
+		db := rawDB(t)
+		data := freshTable(t) + "_data"
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+data+" (k VARCHAR(64) PRIMARY KEY, token BIGINT UNSIGNED) ENGINE=InnoDB"); err != nil {
+			t.Fatal(err)
 		}
-		if active.Load() != 0 {
-			t.Error("lease granted while a transaction held the lock")
+		t.Cleanup(func() { db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+data) })
+		n := "intx/" + t.Name()
+
+		// It waits for a lease holder, and takes the next token.
+		l := mustLock(t, ctx, c, n)
+		var inside atomic.Bool
+		done := make(chan error, 1)
+		var txToken uint64
+		go func() {
+			done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+				inside.Store(true)
+				txToken = token
+				_, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('committed', ?)", token)
+				return err
+			})
+		}()
+		waitQueued(t, ctx, c, n, 1)
+		time.Sleep(100 * time.Millisecond)
+		if inside.Load() {
+			t.Fatal("InTx ran while a lease held the lock")
 		}
 		l.Release(ctx)
-	}()
-	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if l, err := c.TryLock(tctx, n, nil); !errors.Is(err, baton.ErrLocked) {
-		t.Errorf("TryLock during InTx: %v, %v; want ErrLocked", l, err)
-	}
-	cancel()
-	// A Lock that gives up while fn runs leaves nothing behind (its call
-	// is not left running in the server when its context ends).
-	quitter := client(t, open(t, table), nil)
-	tctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-	if l, err := quitter.Lock(tctx, n, nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Lock with an expiring context during InTx: %v, %v", l, err)
-	}
-	cancel()
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case <-leased:
-		t.Fatal("Lock returned while InTx ran")
-	case <-done2:
-		t.Fatal("second InTx returned while the first ran")
-	default:
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("InTx: %v", err)
-	}
-	if err := <-done2; err != nil {
-		t.Fatalf("second InTx: %v", err)
-	}
-	<-leased
-
-	// fn's error rolls back, and leaves the lock free.
-	boom := errors.New("boom")
-	err := s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('rolled back', ?)", token); err != nil {
-			return err
+		if err := <-done; err != nil {
+			t.Fatalf("InTx: %v", err)
 		}
-		return boom
+		if txToken <= l.Token() {
+			t.Errorf("InTx token %d not above the lease's %d", txToken, l.Token())
+		}
+		var tok uint64
+		if err := db.QueryRowContext(ctx, "SELECT token FROM "+data+" WHERE k = 'committed'").Scan(&tok); err != nil || tok != txToken {
+			t.Errorf("committed row: token %d, %v", tok, err)
+		}
+
+		// A lease and another InTx wait while fn runs; both come after it.
+		release := make(chan struct{})
+		running := make(chan struct{})
+		var active atomic.Int32
+		go func() {
+			done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+				if active.Add(1) != 1 {
+					t.Error("two sections at once")
+				}
+				close(running)
+				<-release
+				active.Add(-1)
+				return nil
+			})
+		}()
+		<-running
+		other := open(t, table)
+		done2 := make(chan error, 1)
+		go func() {
+			done2 <- other.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+				if active.Add(1) != 1 {
+					t.Error("two sections at once")
+				}
+				active.Add(-1)
+				return nil
+			})
+		}()
+		leased := make(chan struct{})
+		go func() {
+			defer close(leased)
+			l, err := c.Lock(ctx, n, nil)
+			if err != nil {
+				t.Errorf("Lock during InTx: %v", err)
+				return
+			}
+			if active.Load() != 0 {
+				t.Error("lease granted while a transaction held the lock")
+			}
+			l.Release(ctx)
+		}()
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		if l, err := c.TryLock(tctx, n, nil); !errors.Is(err, baton.ErrLocked) {
+			t.Errorf("TryLock during InTx: %v, %v; want ErrLocked", l, err)
+		}
+		cancel()
+		// A Lock that gives up while fn runs leaves nothing behind (its call
+		// is not left running in the server when its context ends).
+		quitter := client(t, open(t, table), nil)
+		tctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+		if l, err := quitter.Lock(tctx, n, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock with an expiring context during InTx: %v, %v", l, err)
+		}
+		cancel()
+		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-leased:
+			t.Fatal("Lock returned while InTx ran")
+		case <-done2:
+			t.Fatal("second InTx returned while the first ran")
+		default:
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+		if err := <-done2; err != nil {
+			t.Fatalf("second InTx: %v", err)
+		}
+		<-leased
+
+		// fn's error rolls back, and leaves the lock free.
+		boom := errors.New("boom")
+		err := s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('rolled back', ?)", token); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Errorf("InTx with a failing fn: %v, want its error", err)
+		}
+		var cnt int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+data+" WHERE k = 'rolled back'").Scan(&cnt); err != nil || cnt != 0 {
+			t.Errorf("rolled-back row: count %d, %v", cnt, err)
+		}
+		l2, err := c.TryLock(ctx, n, nil)
+		if err != nil {
+			t.Fatalf("TryLock after a rolled-back InTx: %v", err)
+		}
+		l2.Release(ctx)
+		if hs, err := c.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 0 {
+			t.Errorf("Status after InTx = %+v, %v; want nothing", hs, err)
+		}
+		if mysql.HeldBells(s) != 0 || mysql.HeldBells(other) != 0 {
+			t.Errorf("bells held after InTx: %d, %d", mysql.HeldBells(s), mysql.HeldBells(other))
+		}
+		// Bad input.
+		if err := s.InTx(ctx, "", func(context.Context, *sql.Tx, uint64) error { return nil }); !errors.Is(err, baton.ErrInvalid) {
+			t.Errorf("InTx with an empty name: %v", err)
+		}
+		// Cancellation while waiting leaves the queue.
+		l3 := mustLock(t, ctx, c, n)
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = s.InTx(wctx, n, func(context.Context, *sql.Tx, uint64) error { return nil })
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("InTx with an expiring context: %v", err)
+		}
+		l3.Release(ctx)
+		l4, err := c.TryLock(ctx, n, nil)
+		if err != nil {
+			t.Fatalf("TryLock after a cancelled InTx: %v", err)
+		}
+		l4.Release(ctx)
 	})
-	if !errors.Is(err, boom) {
-		t.Errorf("InTx with a failing fn: %v, want its error", err)
-	}
-	var cnt int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+data+" WHERE k = 'rolled back'").Scan(&cnt); err != nil || cnt != 0 {
-		t.Errorf("rolled-back row: count %d, %v", cnt, err)
-	}
-	l2, err := c.TryLock(ctx, n, nil)
-	if err != nil {
-		t.Fatalf("TryLock after a rolled-back InTx: %v", err)
-	}
-	l2.Release(ctx)
-	if hs, err := c.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 0 {
-		t.Errorf("Status after InTx = %+v, %v; want nothing", hs, err)
-	}
-	if mysql.HeldBells(s) != 0 || mysql.HeldBells(other) != 0 {
-		t.Errorf("bells held after InTx: %d, %d", mysql.HeldBells(s), mysql.HeldBells(other))
-	}
-	// Bad input.
-	if err := s.InTx(ctx, "", func(context.Context, *sql.Tx, uint64) error { return nil }); !errors.Is(err, baton.ErrInvalid) {
-		t.Errorf("InTx with an empty name: %v", err)
-	}
-	// Cancellation while waiting leaves the queue.
-	l3 := mustLock(t, ctx, c, n)
-	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	err = s.InTx(wctx, n, func(context.Context, *sql.Tx, uint64) error { return nil })
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("InTx with an expiring context: %v", err)
-	}
-	l3.Release(ctx)
-	l4, err := c.TryLock(ctx, n, nil)
-	if err != nil {
-		t.Fatalf("TryLock after a cancelled InTx: %v", err)
-	}
-	l4.Release(ctx)
 }

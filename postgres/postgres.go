@@ -9,6 +9,9 @@
 // or open a store directly with [Open] (or [New], over a pool of your own)
 // and pass it to baton.New.
 //
+// Every test, a server restart during holds and the transactional mode
+// included, and faultcheck run on PostgreSQL 15 and 18.
+//
 // # URL
 //
 // postgres:// and postgresql:// URLs are handed to pgx as they are, so

@@ -29,19 +29,19 @@ var table = fmt.Sprintf("baton_t_%08x", rand.Uint32())
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if u := os.Getenv("BATON_TEST_POSTGRES"); u != "" {
-		dropTables(u, table)
+	for _, s := range drivertest.Servers(serversEnv) {
+		dropTables(s.URL, table)
 	}
 	os.Exit(code)
 }
 
-// dsn is the test server's URL, with extra "key=value" parameters.
+// serversEnv lists the servers the tests run on (scripts/servers env).
+const serversEnv = "BATON_TEST_POSTGRES"
+
+// dsn is the URL of the server t runs on, with extra "key=value" parameters.
 func dsn(t testing.TB, params ...string) string {
 	t.Helper()
-	u := os.Getenv("BATON_TEST_POSTGRES")
-	if u == "" {
-		t.Fatal("BATON_TEST_POSTGRES is not set: run `scripts/servers up postgres` and `export $(scripts/servers env postgres)` from the repository root")
-	}
+	u := drivertest.ServerOf(t, serversEnv).URL
 	for _, p := range params {
 		if strings.Contains(u, "?") {
 			u += "&" + p
@@ -114,311 +114,327 @@ func pool(t testing.TB) *pgxpool.Pool {
 }
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, drivertest.Config{
-		Open: func(t testing.TB) driver.Store { return open(t, table) },
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Run(t, drivertest.Config{
+			Open: func(t testing.TB) driver.Store { return open(t, table) },
+		})
 	})
 }
 
 func TestBasic(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	a := client(t, open(t, table), nil)
-	b := client(t, open(t, table), nil)
-	n := "basic/" + t.Name()
-	before := time.Now()
-	la, err := a.TryLock(ctx, n, &baton.LockOptions{TTL: 1500 * time.Millisecond, Meta: map[string]string{"k": "v"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := b.Status(ctx, &baton.Filter{Name: n})
-	if err != nil || len(st) != 1 {
-		t.Fatalf("Status = %+v, %v", st, err)
-	}
-	h := st[0]
-	if h.Owner != la.Owner() || h.Token != la.Token() || h.Meta["k"] != "v" || h.TTL != 1500*time.Millisecond {
-		t.Errorf("Status entry %+v", h)
-	}
-	if d := h.Expires.Sub(h.Renewed); d != 1500*time.Millisecond {
-		t.Errorf("Expires-Renewed = %v, want the TTL", d)
-	}
-	if d := h.Created.Sub(before); d < -time.Minute || d > time.Minute {
-		t.Errorf("Created %v is %v away from this machine's clock", h.Created, d)
-	}
-	// A TTL below PostgreSQL's microsecond is rounded up, never down.
-	raw := open(t, table)
-	g, err := raw.Acquire(ctx, &driver.Request{Name: n + "/odd", Owner: "o", Mode: driver.Exclusive, TTL: time.Second + 1, Host: "h"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := g.Expires.Sub(g.Renewed); d != time.Second+time.Microsecond {
-		t.Errorf("TTL 1s+1ns gave an expiry %v after the grant, want 1.000001s", d)
-	}
-	if _, err := raw.Release(ctx, []driver.Key{{Name: n + "/odd", Owner: "o"}}); err != nil {
-		t.Fatal(err)
-	}
-	// A refused request says when the first holder expires.
-	_, err = raw.Acquire(ctx, &driver.Request{Name: n, Owner: "other", Mode: driver.Exclusive, TTL: time.Second})
-	var busy *driver.Busy
-	if !errors.As(err, &busy) || busy.After <= 0 || busy.After > 1500*time.Millisecond {
-		t.Errorf("Acquire of a held name: %v (%+v), want Busy with After in (0, 1.5s]", err, busy)
-	}
-	// Re-acquire by the owner extends; in another mode it is refused.
-	g2, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: la.Owner(), Mode: driver.Exclusive, TTL: time.Second})
-	if err != nil || !g2.Extended || g2.Token != la.Token() || !g2.Created.Equal(h.Created) {
-		t.Errorf("re-acquire = %+v, %v; want Extended with token %d", g2, err, la.Token())
-	}
-	if _, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: la.Owner(), Mode: driver.Shared, TTL: time.Second}); !errors.Is(err, driver.ErrModeConflict) {
-		t.Errorf("re-acquire in shared mode: %v, want ErrModeConflict", err)
-	}
-	// Empty batches are fine, and a batch answers per key, in order.
-	if gs, err := raw.Renew(ctx, nil); err != nil || len(gs) != 0 {
-		t.Errorf("Renew(nil) = %v, %v", gs, err)
-	}
-	gs, err := raw.Renew(ctx, []driver.Hold{{Name: n, Owner: "nobody", TTL: time.Second}, {Name: n, Owner: la.Owner(), TTL: 2 * time.Second}})
-	if err != nil || len(gs) != 2 || gs[0] != nil || gs[1] == nil || gs[1].Token != la.Token() {
-		t.Errorf("Renew batch = %+v, %v", gs, err)
-	}
-	held, err := raw.Release(ctx, []driver.Key{{Name: n, Owner: "nobody"}, {Name: n, Owner: la.Owner()}, {Name: n, Owner: la.Owner()}})
-	if err != nil || len(held) != 3 || held[0] || !held[1] || held[2] {
-		t.Errorf("Release batch = %v, %v; want [false true false]", held, err)
-	}
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		a := client(t, open(t, table), nil)
+		b := client(t, open(t, table), nil)
+		n := "basic/" + t.Name()
+		before := time.Now()
+		la, err := a.TryLock(ctx, n, &baton.LockOptions{TTL: 1500 * time.Millisecond, Meta: map[string]string{"k": "v"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.Status(ctx, &baton.Filter{Name: n})
+		if err != nil || len(st) != 1 {
+			t.Fatalf("Status = %+v, %v", st, err)
+		}
+		h := st[0]
+		if h.Owner != la.Owner() || h.Token != la.Token() || h.Meta["k"] != "v" || h.TTL != 1500*time.Millisecond {
+			t.Errorf("Status entry %+v", h)
+		}
+		if d := h.Expires.Sub(h.Renewed); d != 1500*time.Millisecond {
+			t.Errorf("Expires-Renewed = %v, want the TTL", d)
+		}
+		if d := h.Created.Sub(before); d < -time.Minute || d > time.Minute {
+			t.Errorf("Created %v is %v away from this machine's clock", h.Created, d)
+		}
+		// A TTL below PostgreSQL's microsecond is rounded up, never down.
+		raw := open(t, table)
+		g, err := raw.Acquire(ctx, &driver.Request{Name: n + "/odd", Owner: "o", Mode: driver.Exclusive, TTL: time.Second + 1, Host: "h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := g.Expires.Sub(g.Renewed); d != time.Second+time.Microsecond {
+			t.Errorf("TTL 1s+1ns gave an expiry %v after the grant, want 1.000001s", d)
+		}
+		if _, err := raw.Release(ctx, []driver.Key{{Name: n + "/odd", Owner: "o"}}); err != nil {
+			t.Fatal(err)
+		}
+		// A refused request says when the first holder expires.
+		_, err = raw.Acquire(ctx, &driver.Request{Name: n, Owner: "other", Mode: driver.Exclusive, TTL: time.Second})
+		var busy *driver.Busy
+		if !errors.As(err, &busy) || busy.After <= 0 || busy.After > 1500*time.Millisecond {
+			t.Errorf("Acquire of a held name: %v (%+v), want Busy with After in (0, 1.5s]", err, busy)
+		}
+		// Re-acquire by the owner extends; in another mode it is refused.
+		g2, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: la.Owner(), Mode: driver.Exclusive, TTL: time.Second})
+		if err != nil || !g2.Extended || g2.Token != la.Token() || !g2.Created.Equal(h.Created) {
+			t.Errorf("re-acquire = %+v, %v; want Extended with token %d", g2, err, la.Token())
+		}
+		if _, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: la.Owner(), Mode: driver.Shared, TTL: time.Second}); !errors.Is(err, driver.ErrModeConflict) {
+			t.Errorf("re-acquire in shared mode: %v, want ErrModeConflict", err)
+		}
+		// Empty batches are fine, and a batch answers per key, in order.
+		if gs, err := raw.Renew(ctx, nil); err != nil || len(gs) != 0 {
+			t.Errorf("Renew(nil) = %v, %v", gs, err)
+		}
+		gs, err := raw.Renew(ctx, []driver.Hold{{Name: n, Owner: "nobody", TTL: time.Second}, {Name: n, Owner: la.Owner(), TTL: 2 * time.Second}})
+		if err != nil || len(gs) != 2 || gs[0] != nil || gs[1] == nil || gs[1].Token != la.Token() {
+			t.Errorf("Renew batch = %+v, %v", gs, err)
+		}
+		held, err := raw.Release(ctx, []driver.Key{{Name: n, Owner: "nobody"}, {Name: n, Owner: la.Owner()}, {Name: n, Owner: la.Owner()}})
+		if err != nil || len(held) != 3 || held[0] || !held[1] || held[2] {
+			t.Errorf("Release batch = %v, %v; want [false true false]", held, err)
+		}
+	})
 }
 
 // A store made by New over the caller's pool sets itself up on first use
 // and leaves the pool open when closed.
 func TestNewWithPool(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	p := pool(t)
-	s, err := postgres.New(p, &postgres.Options{Table: freshTable(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := client(t, s, nil)
-	l, err := c.TryLock(ctx, "new", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx, &driver.Request{Name: "x", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); !errors.Is(err, postgres.ErrClosed) {
-		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
-	}
-	if err := p.Ping(ctx); err != nil {
-		t.Errorf("the caller's pool was closed: %v", err)
-	}
-	if _, err := postgres.New(nil, nil); err == nil {
-		t.Error("New(nil) did not fail")
-	}
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		p := pool(t)
+		s, err := postgres.New(p, &postgres.Options{Table: freshTable(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client(t, s, nil)
+		l, err := c.TryLock(ctx, "new", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "x", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); !errors.Is(err, postgres.ErrClosed) {
+			t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+		}
+		if err := p.Ping(ctx); err != nil {
+			t.Errorf("the caller's pool was closed: %v", err)
+		}
+		if _, err := postgres.New(nil, nil); err == nil {
+			t.Error("New(nil) did not fail")
+		}
+	})
 }
 
 func TestConcurrentCreate(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
-	tb := freshTable(t)
-	stores := make([]*postgres.Store, 8)
-	errs := make([]error, 8)
-	var wg sync.WaitGroup
-	for i := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stores[i], errs[i] = postgres.Open(ctx, dsn(t, "pool_max_conns=2"), &postgres.Options{Table: tb})
-		}()
-	}
-	wg.Wait()
-	for i, s := range stores {
-		if errs[i] != nil {
-			t.Errorf("Open %d: %v", i, errs[i])
-			continue
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		stores := make([]*postgres.Store, 8)
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stores[i], errs[i] = postgres.Open(ctx, dsn(t, "pool_max_conns=2"), &postgres.Options{Table: tb})
+			}()
 		}
-		defer s.Close()
-	}
-	if t.Failed() {
-		return
-	}
-	var last uint64
-	for i, s := range stores {
-		g, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
+		wg.Wait()
+		for i, s := range stores {
+			if errs[i] != nil {
+				t.Errorf("Open %d: %v", i, errs[i])
+				continue
+			}
+			defer s.Close()
+		}
+		if t.Failed() {
+			return
+		}
+		var last uint64
+		for i, s := range stores {
+			g, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
+			if err != nil {
+				t.Fatalf("store %d: Acquire: %v", i, err)
+			}
+			if g.Token <= last {
+				t.Errorf("store %d: token %d after %d", i, g.Token, last)
+			}
+			last = g.Token
+			if _, err := s.Release(ctx, []driver.Key{{Name: "n", Owner: fmt.Sprint("o", i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Reopening an up-to-date table runs no DDL; running the DDL again is
+		// harmless.
+		script, err := postgres.DDL("", tb)
 		if err != nil {
-			t.Fatalf("store %d: Acquire: %v", i, err)
-		}
-		if g.Token <= last {
-			t.Errorf("store %d: token %d after %d", i, g.Token, last)
-		}
-		last = g.Token
-		if _, err := s.Release(ctx, []driver.Key{{Name: "n", Owner: fmt.Sprint("o", i)}}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// Reopening an up-to-date table runs no DDL; running the DDL again is
-	// harmless.
-	script, err := postgres.DDL("", tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool(t).Exec(ctx, script); err != nil {
-		t.Errorf("running the DDL again: %v", err)
-	}
+		if _, err := pool(t).Exec(ctx, script); err != nil {
+			t.Errorf("running the DDL again: %v", err)
+		}
+	})
 }
 
 func TestInvalidOptions(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	for _, tb := range []string{"Locks", "1locks", "locks-x", "locks;drop table x", strings.Repeat("a", 42), "locks\"", "a b"} {
-		_, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb})
-		if err == nil || !strings.Contains(err.Error(), "invalid table name") {
-			t.Errorf("Open with table %q: %v, want an invalid table name error", tb, err)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		for _, tb := range []string{"Locks", "1locks", "locks-x", "locks;drop table x", strings.Repeat("a", 42), "locks\"", "a b"} {
+			_, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb})
+			if err == nil || !strings.Contains(err.Error(), "invalid table name") {
+				t.Errorf("Open with table %q: %v, want an invalid table name error", tb, err)
+			}
+			if _, err := postgres.DDL("", tb); err == nil {
+				t.Errorf("DDL with table %q did not fail", tb)
+			}
+			if _, err := postgres.New(pool(t), &postgres.Options{Table: tb}); err == nil {
+				t.Errorf("New with table %q did not fail", tb)
+			}
 		}
-		if _, err := postgres.DDL("", tb); err == nil {
-			t.Errorf("DDL with table %q did not fail", tb)
+		if _, err := postgres.Open(ctx, dsn(t), &postgres.Options{Schema: "Public"}); err == nil || !strings.Contains(err.Error(), "invalid schema name") {
+			t.Errorf("Open with schema Public: %v", err)
 		}
-		if _, err := postgres.New(pool(t), &postgres.Options{Table: tb}); err == nil {
-			t.Errorf("New with table %q did not fail", tb)
+		if _, err := postgres.Open(ctx, "postgres://%zz", nil); err == nil {
+			t.Error("Open with a bad connection string did not fail")
 		}
-	}
-	if _, err := postgres.Open(ctx, dsn(t), &postgres.Options{Schema: "Public"}); err == nil || !strings.Contains(err.Error(), "invalid schema name") {
-		t.Errorf("Open with schema Public: %v", err)
-	}
-	if _, err := postgres.Open(ctx, "postgres://%zz", nil); err == nil {
-		t.Error("Open with a bad connection string did not fail")
-	}
+	})
 }
 
 func TestURL(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	for _, tc := range []struct {
-		in, out string
-		opts    postgres.Options
-		bad     bool
-	}{
-		{in: "postgres://u@h/db?sslmode=disable&baton_table=t1", out: "postgres://u@h/db?sslmode=disable", opts: postgres.Options{Table: "t1"}},
-		{in: "postgresql://u:p%40ss@h:5433/db?baton_schema=s&baton_nocreate=1&application_name=x",
-			out: "postgresql://u:p%40ss@h:5433/db?application_name=x", opts: postgres.Options{Schema: "s", NoCreate: true}},
-		{in: "postgres://h/db", out: "postgres://h/db"},
-		{in: "postgres://h/db?baton_tabel=x", bad: true},
-		{in: "postgres://h/db?baton_nocreate=maybe", bad: true},
-	} {
-		u, err := url.Parse(tc.in)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		for _, tc := range []struct {
+			in, out string
+			opts    postgres.Options
+			bad     bool
+		}{
+			{in: "postgres://u@h/db?sslmode=disable&baton_table=t1", out: "postgres://u@h/db?sslmode=disable", opts: postgres.Options{Table: "t1"}},
+			{in: "postgresql://u:p%40ss@h:5433/db?baton_schema=s&baton_nocreate=1&application_name=x",
+				out: "postgresql://u:p%40ss@h:5433/db?application_name=x", opts: postgres.Options{Schema: "s", NoCreate: true}},
+			{in: "postgres://h/db", out: "postgres://h/db"},
+			{in: "postgres://h/db?baton_tabel=x", bad: true},
+			{in: "postgres://h/db?baton_nocreate=maybe", bad: true},
+		} {
+			u, err := url.Parse(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, o, err := postgres.ParseURL(u)
+			if tc.bad {
+				if err == nil {
+					t.Errorf("ParseURL(%s) did not fail", tc.in)
+				}
+				continue
+			}
+			if err != nil || out != tc.out || *o != tc.opts {
+				t.Errorf("ParseURL(%s) = %s, %+v, %v; want %s, %+v", tc.in, out, o, err, tc.out, tc.opts)
+			}
+		}
+
+		// Through baton.Open: the table parameter picks the table and does not
+		// reach the server (which would refuse an unknown parameter).
+		tb := freshTable(t)
+		c, err := baton.Open(ctx, dsn(t, "baton_table="+tb), nil)
+		if err != nil {
+			t.Fatalf("baton.Open: %v", err)
+		}
+		defer c.Close()
+		l, err := c.TryLock(ctx, "via-url", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, o, err := postgres.ParseURL(u)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("ParseURL(%s) did not fail", tc.in)
-			}
-			continue
+		defer l.Release(ctx)
+		var n int
+		if err := pool(t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tb + "_holds"}.Sanitize()+" WHERE name = 'via-url'").Scan(&n); err != nil || n != 1 {
+			t.Errorf("holds in table %s: %d, %v; want 1", tb, n, err)
 		}
-		if err != nil || out != tc.out || *o != tc.opts {
-			t.Errorf("ParseURL(%s) = %s, %+v, %v; want %s, %+v", tc.in, out, o, err, tc.out, tc.opts)
+		c2, err := baton.Open(ctx, strings.Replace(dsn(t, "baton_table="+tb), "postgres://", "postgresql://", 1), nil)
+		if err != nil {
+			t.Fatalf("baton.Open(postgresql://): %v", err)
 		}
-	}
-
-	// Through baton.Open: the table parameter picks the table and does not
-	// reach the server (which would refuse an unknown parameter).
-	tb := freshTable(t)
-	c, err := baton.Open(ctx, dsn(t, "baton_table="+tb), nil)
-	if err != nil {
-		t.Fatalf("baton.Open: %v", err)
-	}
-	defer c.Close()
-	l, err := c.TryLock(ctx, "via-url", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	var n int
-	if err := pool(t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tb + "_holds"}.Sanitize()+" WHERE name = 'via-url'").Scan(&n); err != nil || n != 1 {
-		t.Errorf("holds in table %s: %d, %v; want 1", tb, n, err)
-	}
-	c2, err := baton.Open(ctx, strings.Replace(dsn(t, "baton_table="+tb), "postgres://", "postgresql://", 1), nil)
-	if err != nil {
-		t.Fatalf("baton.Open(postgresql://): %v", err)
-	}
-	defer c2.Close()
-	if _, err := c2.TryLock(ctx, "via-url", nil); !errors.Is(err, baton.ErrLocked) {
-		t.Errorf("postgresql:// URL does not see the same lock: %v", err)
-	}
+		defer c2.Close()
+		if _, err := c2.TryLock(ctx, "via-url", nil); !errors.Is(err, baton.ErrLocked) {
+			t.Errorf("postgresql:// URL does not see the same lock: %v", err)
+		}
+	})
 }
 
 func TestNoCreate(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	tb := freshTable(t)
-	_, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true})
-	if err == nil || !strings.Contains(err.Error(), "is missing") || !strings.Contains(err.Error(), "postgres.DDL") {
-		t.Fatalf("Open with NoCreate on a missing table: %v, want a clear error", err)
-	}
-	// The lazy store of New reports the same on first use.
-	s, err := postgres.New(pool(t), &postgres.Options{Table: tb, NoCreate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.List(ctx, &driver.Filter{}); err == nil || !strings.Contains(err.Error(), "is missing") {
-		t.Errorf("first use of a New store with NoCreate on a missing table: %v", err)
-	}
-	script, err := postgres.DDL("", tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool(t).Exec(ctx, script); err != nil {
-		t.Fatalf("running the DDL: %v", err)
-	}
-	s2, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true})
-	if err != nil {
-		t.Fatalf("Open with NoCreate after the DDL: %v", err)
-	}
-	defer s2.Close()
-	if _, err := s2.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); err != nil {
-		t.Errorf("Acquire: %v", err)
-	}
-	if _, err := s.List(ctx, &driver.Filter{}); err != nil {
-		t.Errorf("the New store after the DDL: %v", err)
-	}
-	// An outdated table is refused too.
-	if _, err := pool(t).Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{tb}.Sanitize()+" IS 'baton postgres store, schema 0'"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "schema 0") {
-		t.Errorf("Open with NoCreate on an outdated table: %v", err)
-	}
-	// Without NoCreate, it is brought up to date.
-	s3, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb})
-	if err != nil {
-		t.Fatalf("Open of an outdated table: %v", err)
-	}
-	s3.Close()
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		_, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true})
+		if err == nil || !strings.Contains(err.Error(), "is missing") || !strings.Contains(err.Error(), "postgres.DDL") {
+			t.Fatalf("Open with NoCreate on a missing table: %v, want a clear error", err)
+		}
+		// The lazy store of New reports the same on first use.
+		s, err := postgres.New(pool(t), &postgres.Options{Table: tb, NoCreate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.List(ctx, &driver.Filter{}); err == nil || !strings.Contains(err.Error(), "is missing") {
+			t.Errorf("first use of a New store with NoCreate on a missing table: %v", err)
+		}
+		script, err := postgres.DDL("", tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool(t).Exec(ctx, script); err != nil {
+			t.Fatalf("running the DDL: %v", err)
+		}
+		s2, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true})
+		if err != nil {
+			t.Fatalf("Open with NoCreate after the DDL: %v", err)
+		}
+		defer s2.Close()
+		if _, err := s2.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Second}); err != nil {
+			t.Errorf("Acquire: %v", err)
+		}
+		if _, err := s.List(ctx, &driver.Filter{}); err != nil {
+			t.Errorf("the New store after the DDL: %v", err)
+		}
+		// An outdated table is refused too.
+		if _, err := pool(t).Exec(ctx, "COMMENT ON TABLE "+pgx.Identifier{tb}.Sanitize()+" IS 'baton postgres store, schema 0'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "schema 0") {
+			t.Errorf("Open with NoCreate on an outdated table: %v", err)
+		}
+		// Without NoCreate, it is brought up to date.
+		s3, err := postgres.Open(ctx, dsn(t), &postgres.Options{Table: tb})
+		if err != nil {
+			t.Fatalf("Open of an outdated table: %v", err)
+		}
+		s3.Close()
+	})
 }
 
 // A schema other than the current one.
 func TestSchema(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	schema := table + "_s"
-	p := pool(t)
-	if _, err := p.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := p.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		schema := table + "_s"
+		p := pool(t)
+		if _, err := p.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if _, err := p.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				t.Error(err)
+			}
+		})
+		s, err := postgres.Open(ctx, dsn(t), &postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		c := client(t, s, nil)
+		l, err := c.TryLock(ctx, "in-schema", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM "+schema+".baton_locks_holds").Scan(&n); err != nil || n != 1 {
+			t.Errorf("holds in %s.baton_locks_holds: %d, %v", schema, n, err)
+		}
+		l.Release(ctx)
 	})
-	s, err := postgres.Open(ctx, dsn(t), &postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := client(t, s, nil)
-	l, err := c.TryLock(ctx, "in-schema", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := p.QueryRow(ctx, "SELECT count(*) FROM "+schema+".baton_locks_holds").Scan(&n); err != nil || n != 1 {
-		t.Errorf("holds in %s.baton_locks_holds: %d, %v", schema, n, err)
-	}
-	l.Release(ctx)
 }
 
 // counterTable creates a table for InLockedTx's functions to write to.
@@ -435,191 +451,195 @@ func counterTable(t *testing.T, p *pgxpool.Pool) string {
 // InLockedTx excludes leases and other transactions on the name, and its
 // tokens interleave with the leases' in one increasing sequence.
 func TestInLockedTxExcludes(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
-	p := pool(t)
-	counter := counterTable(t, p)
-	n := "tx/" + t.Name()
-	var h drivertest.History
-	var inside sync.Mutex // TryLock fails if another section runs
-	overlap := func(who string) func() {
-		if !inside.TryLock() {
-			t.Errorf("%s entered while another section ran", who)
-			return func() {}
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		p := pool(t)
+		counter := counterTable(t, p)
+		n := "tx/" + t.Name()
+		var h drivertest.History
+		var inside sync.Mutex // TryLock fails if another section runs
+		overlap := func(who string) func() {
+			if !inside.TryLock() {
+				t.Errorf("%s entered while another section ran", who)
+				return func() {}
+			}
+			return inside.Unlock
 		}
-		return inside.Unlock
-	}
-	const workers, rounds = 3, 8
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		c := client(t, open(t, table), nil)
-		wg.Add(1)
-		go func() { // lease holders
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				call := time.Now()
-				l, err := c.Lock(ctx, n, nil)
-				if err != nil {
-					t.Errorf("Lock: %v", err)
-					return
-				}
-				granted := time.Now()
-				done := overlap("a lease")
-				time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
-				end := drivertest.End(l)
-				done()
-				l.Release(ctx)
-				h.Add(drivertest.Section{Client: i, Mode: baton.Exclusive, Token: l.Token(), Call: call, Granted: granted, End: end})
-			}
-		}()
-		s := open(t, table)
-		wg.Add(1)
-		go func() { // transactions
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				call := time.Now()
-				err := s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
+		const workers, rounds = 3, 8
+		var wg sync.WaitGroup
+		for i := 0; i < workers; i++ {
+			c := client(t, open(t, table), nil)
+			wg.Add(1)
+			go func() { // lease holders
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					call := time.Now()
+					l, err := c.Lock(ctx, n, nil)
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
 					granted := time.Now()
-					done := overlap("a transaction")
-					defer done()
-					var v int
-					if err := tx.QueryRow(ctx, "SELECT n FROM "+counter+" WHERE id = 1").Scan(&v); err != nil {
-						return err
-					}
+					done := overlap("a lease")
 					time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
-					if _, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = $1 WHERE id = 1", v+1); err != nil {
-						return err
-					}
-					h.Add(drivertest.Section{Client: workers + i, Mode: baton.Exclusive, Token: token, Call: call, Granted: granted, End: time.Now()})
-					return nil
-				})
-				if err != nil {
-					t.Errorf("InLockedTx: %v", err)
-					return
+					end := drivertest.End(l)
+					done()
+					l.Release(ctx)
+					h.Add(drivertest.Section{Client: i, Mode: baton.Exclusive, Token: l.Token(), Call: call, Granted: granted, End: end})
 				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range h.Check() {
-		t.Error(err)
-	}
-	if h.Len() != 2*workers*rounds {
-		t.Errorf("%d sections, want %d", h.Len(), 2*workers*rounds)
-	}
-	var v int
-	if err := p.QueryRow(ctx, "SELECT n FROM "+counter+" WHERE id = 1").Scan(&v); err != nil || v != workers*rounds {
-		t.Errorf("counter = %d, %v; want %d (a lost update means two transactions overlapped)", v, err, workers*rounds)
-	}
+			}()
+			s := open(t, table)
+			wg.Add(1)
+			go func() { // transactions
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					call := time.Now()
+					err := s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
+						granted := time.Now()
+						done := overlap("a transaction")
+						defer done()
+						var v int
+						if err := tx.QueryRow(ctx, "SELECT n FROM "+counter+" WHERE id = 1").Scan(&v); err != nil {
+							return err
+						}
+						time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
+						if _, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = $1 WHERE id = 1", v+1); err != nil {
+							return err
+						}
+						h.Add(drivertest.Section{Client: workers + i, Mode: baton.Exclusive, Token: token, Call: call, Granted: granted, End: time.Now()})
+						return nil
+					})
+					if err != nil {
+						t.Errorf("InLockedTx: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for _, err := range h.Check() {
+			t.Error(err)
+		}
+		if h.Len() != 2*workers*rounds {
+			t.Errorf("%d sections, want %d", h.Len(), 2*workers*rounds)
+		}
+		var v int
+		if err := p.QueryRow(ctx, "SELECT n FROM "+counter+" WHERE id = 1").Scan(&v); err != nil || v != workers*rounds {
+			t.Errorf("counter = %d, %v; want %d (a lost update means two transactions overlapped)", v, err, workers*rounds)
+		}
+	})
 }
 
 // InLockedTx waits for a lease holder, keeps leases out while it runs,
 // and frees the name when it rolls back.
 func TestInLockedTxWaitsAndRollsBack(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
-	p := pool(t)
-	counter := counterTable(t, p)
-	s := open(t, table)
-	a := client(t, open(t, table), nil)
-	n := "tx/" + t.Name()
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		p := pool(t)
+		counter := counterTable(t, p)
+		s := open(t, table)
+		a := client(t, open(t, table), nil)
+		n := "tx/" + t.Name()
 
-	la, err := a.Lock(ctx, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan uint64, 1)
-	result := make(chan error, 1)
-	go func() {
-		result <- s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
-			started <- token
-			// No lease is granted while the transaction runs: TryLock waits
-			// in the database for the row lock, until its context ends.
-			tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			defer cancel()
-			if l, err := a.TryLock(tctx, n, nil); err == nil {
-				l.Release(ctx)
-				t.Errorf("a lease was granted (token %d) during the transaction", l.Token())
-			}
-			_, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = 1")
-			return err
-		})
-	}()
-	select {
-	case tok := <-started:
-		t.Fatalf("the transaction started (token %d) while a lease held the name", tok)
-	case <-time.After(300 * time.Millisecond):
-	}
-	if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 2 || !hs[1].Queued || !strings.HasPrefix(hs[1].Owner, "tx-") {
-		t.Errorf("Status while the transaction waits = %+v, %v; want the lease and a queued tx-…", hs, err)
-	}
-	la.Release(ctx)
-	tok := <-started
-	if tok <= la.Token() {
-		t.Errorf("transaction token %d not above the lease's %d", tok, la.Token())
-	}
-	if err := <-result; err != nil {
-		t.Fatalf("InLockedTx: %v", err)
-	}
-	lb, err := a.TryLock(ctx, n, nil)
-	if err != nil {
-		t.Fatalf("TryLock after the transaction: %v", err)
-	}
-	if lb.Token() <= tok {
-		t.Errorf("lease token %d not above the transaction's %d", lb.Token(), tok)
-	}
-	lb.Release(ctx)
-
-	// A failing function rolls back; its token is not handed out again and
-	// the name is free at once.
-	boom := errors.New("boom")
-	var rolled uint64
-	err = s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
-		rolled = token
-		if _, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = 100"); err != nil {
-			return err
+		la, err := a.Lock(ctx, n, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return boom
+		started := make(chan uint64, 1)
+		result := make(chan error, 1)
+		go func() {
+			result <- s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
+				started <- token
+				// No lease is granted while the transaction runs: TryLock waits
+				// in the database for the row lock, until its context ends.
+				tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				if l, err := a.TryLock(tctx, n, nil); err == nil {
+					l.Release(ctx)
+					t.Errorf("a lease was granted (token %d) during the transaction", l.Token())
+				}
+				_, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = 1")
+				return err
+			})
+		}()
+		select {
+		case tok := <-started:
+			t.Fatalf("the transaction started (token %d) while a lease held the name", tok)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 2 || !hs[1].Queued || !strings.HasPrefix(hs[1].Owner, "tx-") {
+			t.Errorf("Status while the transaction waits = %+v, %v; want the lease and a queued tx-…", hs, err)
+		}
+		la.Release(ctx)
+		tok := <-started
+		if tok <= la.Token() {
+			t.Errorf("transaction token %d not above the lease's %d", tok, la.Token())
+		}
+		if err := <-result; err != nil {
+			t.Fatalf("InLockedTx: %v", err)
+		}
+		lb, err := a.TryLock(ctx, n, nil)
+		if err != nil {
+			t.Fatalf("TryLock after the transaction: %v", err)
+		}
+		if lb.Token() <= tok {
+			t.Errorf("lease token %d not above the transaction's %d", lb.Token(), tok)
+		}
+		lb.Release(ctx)
+
+		// A failing function rolls back; its token is not handed out again and
+		// the name is free at once.
+		boom := errors.New("boom")
+		var rolled uint64
+		err = s.InLockedTx(ctx, n, func(ctx context.Context, tx pgx.Tx, token uint64) error {
+			rolled = token
+			if _, err := tx.Exec(ctx, "UPDATE "+counter+" SET n = 100"); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("InLockedTx with a failing function: %v, want its error", err)
+		}
+		var v int
+		if err := p.QueryRow(ctx, "SELECT n FROM "+counter).Scan(&v); err != nil || v != 1 {
+			t.Errorf("counter = %d, %v; want 1 (the failed transaction rolled back)", v, err)
+		}
+		if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true, Expired: true}); err != nil || len(hs) != 0 {
+			t.Errorf("Status after a rolled back transaction = %+v, %v; want nothing", hs, err)
+		}
+		lc, err := a.TryLock(ctx, n, nil)
+		if err != nil {
+			t.Fatalf("TryLock after a rolled back transaction: %v", err)
+		}
+		if lc.Token() <= rolled || rolled <= lb.Token() {
+			t.Errorf("tokens %d (lease), %d (rolled back), %d (lease) not increasing", lb.Token(), rolled, lc.Token())
+		}
+		lc.Release(ctx)
+
+		// A cancelled wait leaves the queue.
+		ld, err := a.Lock(ctx, n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = s.InLockedTx(wctx, n, func(context.Context, pgx.Tx, uint64) error { return nil })
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("InLockedTx with an expiring context: %v", err)
+		}
+		if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 1 {
+			t.Errorf("Status after a cancelled InLockedTx = %+v, %v; want the lease alone", hs, err)
+		}
+		ld.Release(ctx)
+
+		if err := s.InLockedTx(ctx, "", func(context.Context, pgx.Tx, uint64) error { return nil }); err == nil {
+			t.Error("InLockedTx with an empty name did not fail")
+		}
+		if err := s.InLockedTx(ctx, "a\nb", func(context.Context, pgx.Tx, uint64) error { return nil }); err == nil {
+			t.Error("InLockedTx with a newline in the name did not fail")
+		}
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("InLockedTx with a failing function: %v, want its error", err)
-	}
-	var v int
-	if err := p.QueryRow(ctx, "SELECT n FROM "+counter).Scan(&v); err != nil || v != 1 {
-		t.Errorf("counter = %d, %v; want 1 (the failed transaction rolled back)", v, err)
-	}
-	if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true, Expired: true}); err != nil || len(hs) != 0 {
-		t.Errorf("Status after a rolled back transaction = %+v, %v; want nothing", hs, err)
-	}
-	lc, err := a.TryLock(ctx, n, nil)
-	if err != nil {
-		t.Fatalf("TryLock after a rolled back transaction: %v", err)
-	}
-	if lc.Token() <= rolled || rolled <= lb.Token() {
-		t.Errorf("tokens %d (lease), %d (rolled back), %d (lease) not increasing", lb.Token(), rolled, lc.Token())
-	}
-	lc.Release(ctx)
-
-	// A cancelled wait leaves the queue.
-	ld, err := a.Lock(ctx, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	err = s.InLockedTx(wctx, n, func(context.Context, pgx.Tx, uint64) error { return nil })
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("InLockedTx with an expiring context: %v", err)
-	}
-	if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 1 {
-		t.Errorf("Status after a cancelled InLockedTx = %+v, %v; want the lease alone", hs, err)
-	}
-	ld.Release(ctx)
-
-	if err := s.InLockedTx(ctx, "", func(context.Context, pgx.Tx, uint64) error { return nil }); err == nil {
-		t.Error("InLockedTx with an empty name did not fail")
-	}
-	if err := s.InLockedTx(ctx, "a\nb", func(context.Context, pgx.Tx, uint64) error { return nil }); err == nil {
-		t.Error("InLockedTx with a newline in the name did not fail")
-	}
 }
 
 // restartServer restarts PostgreSQL through the project's server script.
@@ -630,9 +650,10 @@ func restartServer(t *testing.T) time.Duration {
 		script = "../scripts/servers"
 	}
 	start := time.Now()
-	out, err := exec.Command(script, "restart", "postgres").CombinedOutput()
+	srv := drivertest.ServerOf(t, serversEnv).Name
+	out, err := exec.Command(script, "restart", srv).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s restart postgres: %v\n%s", script, err, out)
+		t.Fatalf("%s restart %s: %v\n%s", script, srv, err, out)
 	}
 	return time.Since(start)
 }
@@ -642,158 +663,160 @@ func restartServer(t *testing.T) time.Duration {
 // the name; a lease whose TTL is longer survives, its keepalive retrying
 // until the pool reconnects; the listener reconnects too.
 func TestRestart(t *testing.T) {
-	t.Run("ShortTTL", func(t *testing.T) {
-		ctx := ctxFor(t, 60*time.Second)
-		var events sync.Map
-		a := client(t, open(t, table), &baton.Options{OnEvent: func(e baton.Event) { events.Store(e.Kind, e) }})
-		b := client(t, open(t, table), nil)
-		n := "restart/" + t.Name()
-		call := time.Now()
-		la, err := a.Lock(ctx, n, &baton.LockOptions{TTL: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		grantedA := time.Now()
-		lostAt := make(chan time.Time, 1)
-		go func() {
-			<-la.Done()
-			lostAt <- time.Now()
-		}()
-		type res struct {
-			l             *baton.Lease
-			call, granted time.Time
-			errs          int
-		}
-		bres := make(chan res, 1)
-		go func() { // b waits through the restart, retrying when the store fails
-			var r res
-			// One owner for every attempt: a failed attempt could not leave
-			// the queue while the server was down, and the next attempt takes
-			// its place back instead of queueing behind it.
-			o := &baton.LockOptions{Owner: baton.NewOwner()}
-			for ctx.Err() == nil {
-				r.call = time.Now()
-				l, err := b.Lock(ctx, n, o)
-				if err == nil {
-					r.l, r.granted = l, time.Now()
-					break
-				}
-				r.errs++
-				time.Sleep(20 * time.Millisecond)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		t.Run("ShortTTL", func(t *testing.T) {
+			ctx := ctxFor(t, 60*time.Second)
+			var events sync.Map
+			a := client(t, open(t, table), &baton.Options{OnEvent: func(e baton.Event) { events.Store(e.Kind, e) }})
+			b := client(t, open(t, table), nil)
+			n := "restart/" + t.Name()
+			call := time.Now()
+			la, err := a.Lock(ctx, n, &baton.LockOptions{TTL: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
 			}
-			bres <- r
-		}()
-		time.Sleep(50 * time.Millisecond) // b is waiting
-		took := restartServer(t)
-		rb := <-bres
-		if rb.l == nil {
-			t.Fatal("b was never granted the lock")
-		}
-		t.Logf("restart took %v; b's Lock failed %d times during it; b granted %v after a's Lock", took, rb.errs, rb.granted.Sub(call))
-		var lost time.Time
-		select {
-		case lost = <-lostAt:
-		default:
-			t.Fatalf("b was granted at %v while a's lease (TTL 100ms) had not ended: Err %v", rb.granted, la.Err())
-		}
-		if !errors.Is(la.Err(), baton.ErrLeaseLost) {
-			t.Errorf("a's Err = %v, want ErrLeaseLost", la.Err())
-		}
-		if _, ok := events.Load(baton.EventLost); !ok {
-			t.Error("no lost event for a")
-		}
-		if !lost.Before(rb.granted) {
-			t.Errorf("a was told at %v that its lease was lost, after b was granted at %v", lost, rb.granted)
-		}
-		if rb.l.Token() <= la.Token() {
-			t.Errorf("b's token %d not above a's %d", rb.l.Token(), la.Token())
-		}
-		var h drivertest.History
-		h.Add(drivertest.Section{Client: 0, Mode: baton.Exclusive, Token: la.Token(), Call: call, Granted: grantedA, End: la.Deadline()})
-		h.Add(drivertest.Section{Client: 1, Mode: baton.Exclusive, Token: rb.l.Token(), Call: rb.call, Granted: rb.granted, End: drivertest.End(rb.l)})
-		for _, err := range h.Check() {
-			t.Error(err)
-		}
-		if err := rb.l.Release(ctx); err != nil {
-			t.Errorf("b's Release after the restart: %v", err)
-		}
-	})
-
-	t.Run("LongTTL", func(t *testing.T) {
-		ctx := ctxFor(t, 60*time.Second)
-		var failures atomic.Int32
-		renewed := make(chan struct{}, 1)
-		a := client(t, open(t, table), &baton.Options{OnEvent: func(e baton.Event) {
-			switch e.Kind {
-			case baton.EventRenewFailed:
-				failures.Add(1)
-			case baton.EventRenewed:
-				select {
-				case renewed <- struct{}{}:
-				default:
-				}
+			grantedA := time.Now()
+			lostAt := make(chan time.Time, 1)
+			go func() {
+				<-la.Done()
+				lostAt <- time.Now()
+			}()
+			type res struct {
+				l             *baton.Lease
+				call, granted time.Time
+				errs          int
 			}
-		}})
-		sb := open(t, table)
-		b := client(t, sb, nil)
-		n := "restart/" + t.Name()
-		ttl := 3 * time.Second // renewed every second
-		la, err := a.Lock(ctx, n, &baton.LockOptions{TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// b's listener runs before the restart.
-		w, err := sb.Watch(ctx, &driver.Request{Name: n, Owner: "w"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		drivertest.Eventually(t, 10*time.Second, "b's listener", func() bool { return postgres.Listens(sb) >= 1 })
+			bres := make(chan res, 1)
+			go func() { // b waits through the restart, retrying when the store fails
+				var r res
+				// One owner for every attempt: a failed attempt could not leave
+				// the queue while the server was down, and the next attempt takes
+				// its place back instead of queueing behind it.
+				o := &baton.LockOptions{Owner: baton.NewOwner()}
+				for ctx.Err() == nil {
+					r.call = time.Now()
+					l, err := b.Lock(ctx, n, o)
+					if err == nil {
+						r.l, r.granted = l, time.Now()
+						break
+					}
+					r.errs++
+					time.Sleep(20 * time.Millisecond)
+				}
+				bres <- r
+			}()
+			time.Sleep(50 * time.Millisecond) // b is waiting
+			took := restartServer(t)
+			rb := <-bres
+			if rb.l == nil {
+				t.Fatal("b was never granted the lock")
+			}
+			t.Logf("restart took %v; b's Lock failed %d times during it; b granted %v after a's Lock", took, rb.errs, rb.granted.Sub(call))
+			var lost time.Time
+			select {
+			case lost = <-lostAt:
+			default:
+				t.Fatalf("b was granted at %v while a's lease (TTL 100ms) had not ended: Err %v", rb.granted, la.Err())
+			}
+			if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+				t.Errorf("a's Err = %v, want ErrLeaseLost", la.Err())
+			}
+			if _, ok := events.Load(baton.EventLost); !ok {
+				t.Error("no lost event for a")
+			}
+			if !lost.Before(rb.granted) {
+				t.Errorf("a was told at %v that its lease was lost, after b was granted at %v", lost, rb.granted)
+			}
+			if rb.l.Token() <= la.Token() {
+				t.Errorf("b's token %d not above a's %d", rb.l.Token(), la.Token())
+			}
+			var h drivertest.History
+			h.Add(drivertest.Section{Client: 0, Mode: baton.Exclusive, Token: la.Token(), Call: call, Granted: grantedA, End: la.Deadline()})
+			h.Add(drivertest.Section{Client: 1, Mode: baton.Exclusive, Token: rb.l.Token(), Call: rb.call, Granted: rb.granted, End: drivertest.End(rb.l)})
+			for _, err := range h.Check() {
+				t.Error(err)
+			}
+			if err := rb.l.Release(ctx); err != nil {
+				t.Errorf("b's Release after the restart: %v", err)
+			}
+		})
 
-		// Restart shortly before a renewal is due, so that it meets the outage.
-		select {
-		case <-renewed:
-		default:
-		}
-		<-renewed
-		time.Sleep(ttl/3 - 200*time.Millisecond)
-		took := restartServer(t)
-		time.Sleep(ttl + ttl/2) // long enough for the lease to end if keepalive had given up
-		if err := la.Err(); err != nil {
-			t.Fatalf("a's lease (TTL %v) did not survive a restart of %v: %v", ttl, took, err)
-		}
-		// A renewal that meets the outage fails and keepalive tries again; a
-		// short outage may also be hidden by the store's own retries (on
-		// "shutting down" and "starting up"), so failures are not required.
-		t.Logf("restart took %v; %d failed renewals", took, failures.Load())
-		if _, err := b.TryLock(ctx, n, nil); !errors.Is(err, baton.ErrLocked) {
-			t.Errorf("b's TryLock after the restart: %v, want ErrLocked", err)
-		}
+		t.Run("LongTTL", func(t *testing.T) {
+			ctx := ctxFor(t, 60*time.Second)
+			var failures atomic.Int32
+			renewed := make(chan struct{}, 1)
+			a := client(t, open(t, table), &baton.Options{OnEvent: func(e baton.Event) {
+				switch e.Kind {
+				case baton.EventRenewFailed:
+					failures.Add(1)
+				case baton.EventRenewed:
+					select {
+					case renewed <- struct{}{}:
+					default:
+					}
+				}
+			}})
+			sb := open(t, table)
+			b := client(t, sb, nil)
+			n := "restart/" + t.Name()
+			ttl := 3 * time.Second // renewed every second
+			la, err := a.Lock(ctx, n, &baton.LockOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b's listener runs before the restart.
+			w, err := sb.Watch(ctx, &driver.Request{Name: n, Owner: "w"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			drivertest.Eventually(t, 10*time.Second, "b's listener", func() bool { return postgres.Listens(sb) >= 1 })
 
-		// The listener reconnected, and notifications reach b again.
-		drivertest.Eventually(t, 20*time.Second, "b's listener to reconnect", func() bool { return postgres.Listens(sb) >= 2 })
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-		w.Wait(dctx) // the reconnection woke every waiter
-		cancel()
-		req := &driver.Request{Name: n, Owner: "w", Mode: driver.Exclusive, TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
-		if _, err := sb.Acquire(ctx, req); !errors.Is(err, driver.ErrNotGranted) {
-			t.Fatalf("b's Acquire while a holds: %v", err)
-		}
-		if err := la.Release(ctx); err != nil {
-			t.Fatalf("a's Release after the restart: %v", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if err := w.Wait(wctx); err != nil {
-			t.Fatalf("b's watch was not woken by a's release after the restart: %v", err)
-		}
-		g, err := sb.Acquire(ctx, req)
-		if err != nil {
-			t.Fatalf("b's Acquire after a's release: %v", err)
-		}
-		if g.Token <= la.Token() {
-			t.Errorf("b's token %d not above a's %d", g.Token, la.Token())
-		}
-		sb.Release(ctx, []driver.Key{{Name: n, Owner: "w"}})
+			// Restart shortly before a renewal is due, so that it meets the outage.
+			select {
+			case <-renewed:
+			default:
+			}
+			<-renewed
+			time.Sleep(ttl/3 - 200*time.Millisecond)
+			took := restartServer(t)
+			time.Sleep(ttl + ttl/2) // long enough for the lease to end if keepalive had given up
+			if err := la.Err(); err != nil {
+				t.Fatalf("a's lease (TTL %v) did not survive a restart of %v: %v", ttl, took, err)
+			}
+			// A renewal that meets the outage fails and keepalive tries again; a
+			// short outage may also be hidden by the store's own retries (on
+			// "shutting down" and "starting up"), so failures are not required.
+			t.Logf("restart took %v; %d failed renewals", took, failures.Load())
+			if _, err := b.TryLock(ctx, n, nil); !errors.Is(err, baton.ErrLocked) {
+				t.Errorf("b's TryLock after the restart: %v, want ErrLocked", err)
+			}
+
+			// The listener reconnected, and notifications reach b again.
+			drivertest.Eventually(t, 20*time.Second, "b's listener to reconnect", func() bool { return postgres.Listens(sb) >= 2 })
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			w.Wait(dctx) // the reconnection woke every waiter
+			cancel()
+			req := &driver.Request{Name: n, Owner: "w", Mode: driver.Exclusive, TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+			if _, err := sb.Acquire(ctx, req); !errors.Is(err, driver.ErrNotGranted) {
+				t.Fatalf("b's Acquire while a holds: %v", err)
+			}
+			if err := la.Release(ctx); err != nil {
+				t.Fatalf("a's Release after the restart: %v", err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := w.Wait(wctx); err != nil {
+				t.Fatalf("b's watch was not woken by a's release after the restart: %v", err)
+			}
+			g, err := sb.Acquire(ctx, req)
+			if err != nil {
+				t.Fatalf("b's Acquire after a's release: %v", err)
+			}
+			if g.Token <= la.Token() {
+				t.Errorf("b's token %d not above a's %d", g.Token, la.Token())
+			}
+			sb.Release(ctx, []driver.Key{{Name: n, Owner: "w"}})
+		})
 	})
 }

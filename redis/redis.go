@@ -14,7 +14,7 @@
 //	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 //	client, err := baton.New(batonredis.New(rdb, nil), nil)
 //
-// It needs Redis 5 or later (it is tested with Redis 7.0), or a server that
+// It needs Redis 5 or later (its tests run on Redis 7.0 and Valkey 9.1), or a server that
 // runs Redis's Lua scripts with the same libraries (struct), TIME and
 // writes after TIME in scripts (replication of scripts by their effects,
 // the default since Redis 5).
@@ -178,7 +178,8 @@
 // the script runs in. List and
 // Purge SCAN every master. With a Ring (client-side sharding), batches are
 // split per name. A Prefix containing braces would put every lock in one
-// slot (it still works, on one node). The tests run the conformance suite
+// slot (it still works, on one node). Besides every test on each
+// server, the tests run the conformance suite (on Redis 7.0)
 // through a ClusterClient on a three-master cluster, through a Ring of two
 // servers, and through a FailoverClient on a master, its replica and one
 // Sentinel (a FailoverClient is a *redis.Client, which this package treats

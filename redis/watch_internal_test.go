@@ -3,13 +3,13 @@ package redis
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
 )
 
 func TestPrefetchUsable(t *testing.T) {
@@ -66,51 +66,50 @@ func TestBlockArg(t *testing.T) {
 // out: Acquire asks the server, which extends the hold and counts its TTL
 // from then.
 func TestStalePrefetch(t *testing.T) {
-	u := os.Getenv("BATON_TEST_REDIS")
-	if u == "" {
-		t.Fatal("BATON_TEST_REDIS is not set: run `scripts/servers up redis` and export \"$(scripts/servers env redis)\"")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := Open(ctx, u, &Options{Prefix: fmt.Sprintf("batontest-internal-%d", time.Now().UnixNano())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		s.rdb.Del(ctx, s.base("n")+"c")
-		s.Close()
-	}()
-	h := &driver.Request{Name: "n", Owner: "h", Mode: driver.Exclusive, TTL: time.Minute}
-	if _, err := s.Acquire(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	w := &driver.Request{Name: "n", Owner: "w", Mode: driver.Exclusive, TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
-	if _, err := s.Acquire(ctx, w); err == nil {
-		t.Fatal("second owner granted")
-	}
-	watch, _ := s.Watch(ctx, w)
-	defer watch.Close()
-	s.Release(ctx, []driver.Key{{Name: "n", Owner: "h"}})
-	if err := watch.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	p := s.prefetched[w]
-	if p == nil {
+	drivertest.EachServer(t, "BATON_TEST_REDIS", func(t *testing.T, srv drivertest.Server) {
+		u := srv.URL
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := Open(ctx, u, &Options{Prefix: fmt.Sprintf("batontest-internal-%d", time.Now().UnixNano())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			s.rdb.Del(ctx, s.base("n")+"c")
+			s.Close()
+		}()
+		h := &driver.Request{Name: "n", Owner: "h", Mode: driver.Exclusive, TTL: time.Minute}
+		if _, err := s.Acquire(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		w := &driver.Request{Name: "n", Owner: "w", Mode: driver.Exclusive, TTL: time.Minute, Queue: true, QueueTTL: time.Minute}
+		if _, err := s.Acquire(ctx, w); err == nil {
+			t.Fatal("second owner granted")
+		}
+		watch, _ := s.Watch(ctx, w)
+		defer watch.Close()
+		s.Release(ctx, []driver.Key{{Name: "n", Owner: "h"}})
+		if err := watch.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		p := s.prefetched[w]
+		if p == nil {
+			s.mu.Unlock()
+			t.Fatal("no grant prefetched")
+		}
+		if d := p.grant.Expires.Sub(p.grant.Renewed); d != time.Minute+extraFor(time.Minute) {
+			t.Errorf("prefetched grant lasts %v, want the TTL plus %v", d, extraFor(time.Minute))
+		}
+		p.sent = p.sent.Add(-time.Second) // as if baton took it a second late
 		s.mu.Unlock()
-		t.Fatal("no grant prefetched")
-	}
-	if d := p.grant.Expires.Sub(p.grant.Renewed); d != time.Minute+extraFor(time.Minute) {
-		t.Errorf("prefetched grant lasts %v, want the TTL plus %v", d, extraFor(time.Minute))
-	}
-	p.sent = p.sent.Add(-time.Second) // as if baton took it a second late
-	s.mu.Unlock()
-	g, err := s.Acquire(ctx, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !g.Extended || g.Token != p.grant.Token || !g.Renewed.After(p.grant.Renewed) {
-		t.Errorf("Acquire = %+v, want the prefetched hold (token %d) extended by the server", g, p.grant.Token)
-	}
-	s.Release(ctx, []driver.Key{{Name: "n", Owner: "w"}})
+		g, err := s.Acquire(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Extended || g.Token != p.grant.Token || !g.Renewed.After(p.grant.Renewed) {
+			t.Errorf("Acquire = %+v, want the prefetched hold (token %d) extended by the server", g, p.grant.Token)
+		}
+		s.Release(ctx, []driver.Key{{Name: "n", Owner: "w"}})
+	})
 }

@@ -11,8 +11,9 @@
 //	st, err := zookeeper.Open(ctx, []string{"10.0.0.5:2181"}, &zookeeper.Options{OnEvent: logEvent})
 //	client, err := baton.New(st, nil)
 //
-// It needs ZooKeeper 3.5.3 or later (container nodes); it is tested with
-// ZooKeeper 3.8, standalone and as a three-server ensemble.
+// It needs ZooKeeper 3.5.3 or later (container nodes); every test runs on
+// standalone ZooKeeper 3.8 and 3.9, and an ensemble test on three 3.8
+// servers.
 //
 // # URL
 //
