@@ -56,6 +56,11 @@ type Store struct {
 	coll   *mongo.Collection
 	owns   bool
 
+	// rewriting serializes the rewrites of one key (by a stripe of its
+	// hash), so that two renewals of one hold in this store (keepalive
+	// and a manual Renew) each see the version the other wrote.
+	rewriting [64]sync.Mutex
+
 	mu     sync.Mutex
 	closed bool
 	own    map[driver.Key]*own

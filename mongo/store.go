@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"regexp"
 	"slices"
@@ -419,6 +420,13 @@ func (s *Store) refreshDue(key driver.Key, e *entry, queueTTL time.Duration) boo
 // may take the entry over after it (see "Renewals" in the package
 // documentation).
 func (s *Store) rewrite(ctx context.Context, key driver.Key, e *entry, set bson.D, ttl time.Duration, stamp ...string) (bool, error) {
+	h := fnv.New32a()
+	h.Write([]byte(key.Name))
+	h.Write([]byte{0})
+	h.Write([]byte(key.Owner))
+	stripe := &s.rewriting[h.Sum32()%uint32(len(s.rewriting))]
+	stripe.Lock()
+	defer stripe.Unlock()
 	s.mu.Lock()
 	o := s.own[key]
 	s.mu.Unlock()
