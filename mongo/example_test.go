@@ -3,7 +3,6 @@ package mongo_test
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/baton-go/baton"
 	_ "github.com/baton-go/baton/mongo"
@@ -12,10 +11,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	// e.g. mongodb://user:pw@db1,db2,db3/locks?replicaSet=rs0&collection=app_locks
-	url := "mongodb://127.0.0.1:27017/baton_example"
-	if u := os.Getenv("BATON_TEST_MONGO"); u != "" {
-		url = u + "?collection=example_locks"
-	}
+	url := "mongodb://127.0.0.1:27017/baton_example?replicaSet=rs0&collection=example_locks"
 	client, err := baton.Open(ctx, url, nil)
 	if err != nil {
 		fmt.Println(err)

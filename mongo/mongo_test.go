@@ -34,9 +34,9 @@ func caseCollection(t testing.TB) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if u := os.Getenv("BATON_TEST_MONGO"); u != "" {
+	for _, srv := range drivertest.Servers(serversEnv) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if s, err := batonmongo.Open(ctx, u, &batonmongo.Options{Collection: collection}); err == nil {
+		if s, err := batonmongo.Open(ctx, srv.URL, &batonmongo.Options{Collection: collection}); err == nil {
 			db := s.Collection().Database()
 			names, err := db.ListCollectionNames(ctx, bson.D{})
 			if err != nil {
@@ -56,14 +56,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// serverURL is the test server's URL; the tests need one.
+// serversEnv lists the servers the tests run on (scripts/servers env).
+const serversEnv = "BATON_TEST_MONGO"
+
+// serverURL is the URL of the server t runs on.
 func serverURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("BATON_TEST_MONGO")
-	if u == "" {
-		t.Fatal("BATON_TEST_MONGO is not set: run `scripts/servers up ferretdb` and export \"$(scripts/servers env ferretdb)\"")
-	}
-	return u
+	return drivertest.ServerOf(t, serversEnv).URL
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
@@ -88,6 +87,10 @@ func openIn(t testing.TB, coll string) *batonmongo.Store {
 }
 
 func TestConformance(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) { conformance(t) })
+}
+
+func conformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Config{
 		Open: func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },
 		// FerretDB's writes take milliseconds and its queries scan: the
@@ -101,6 +104,8 @@ func TestConformance(t *testing.T) {
 // slow, so that each one is checked against the name's highest ticket
 // instead of trusted on time.
 func TestConformanceSlowInserts(t *testing.T) {
-	defer batonmongo.SetStaleInsert(0, nil)()
-	TestConformance(t)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		defer batonmongo.SetStaleInsert(0, nil)()
+		conformance(t)
+	})
 }
