@@ -1,12 +1,10 @@
 package main
 
-// Cloud Spanner, for -target spanner-fake=DB (DB defaults to
-// projects/bench/instances/bench/databases/bench): baton's Spanner store on
-// the official client's in-process fake (spannertest), started by this
-// process. Its figures measure the client library, gRPC and the fake, not
-// Spanner. baton=spanner://… measures a real database or emulator (set
-// SPANNER_EMULATOR_HOST for the latter; the table must exist, or add
-// ?create=true).
+// Cloud Spanner, for -target spanner-emulator=HOST:PORT: baton's Spanner
+// store on the emulator at HOST:PORT (scripts/servers up emulator), in a
+// database of its own (projects/bench/instances/bench/databases/bench) that
+// this target creates. baton=spanner://… measures a real database (the
+// table must exist, or add ?create=true).
 
 import (
 	"context"
@@ -14,44 +12,40 @@ import (
 	"os"
 	"sync"
 
-	"cloud.google.com/go/spanner/spannertest"
-
 	"github.com/baton-go/baton"
 	batonspanner "github.com/baton-go/baton/spanner"
 )
 
 func init() {
-	kinds["spanner-fake"] = spannerFakeTarget
+	kinds["spanner-emulator"] = spannerEmulatorTarget
 }
 
-var startFake = sync.OnceValue(func() error {
-	srv, err := spannertest.NewServer("127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv.SetLogger(func(string, ...any) {})
-	return os.Setenv("SPANNER_EMULATOR_HOST", srv.Addr)
-})
+const benchSpannerDB = "projects/bench/instances/bench/databases/bench"
 
-func spannerFakeTarget(db string) Target {
-	if db == "" {
-		db = "projects/bench/instances/bench/databases/bench"
-	}
+func spannerEmulatorTarget(addr string) Target {
 	var once sync.Once
 	var setupErr error
-	return Target{Name: "baton-spanner (fake)", New: func(ctx context.Context) (Locker, error) {
-		once.Do(func() {
-			if setupErr = startFake(); setupErr == nil {
-				setupErr = batonspanner.CreateTable(ctx, db, batonspanner.DefaultTable)
-			}
-		})
+	return Target{Name: "baton-spanner (emulator)", New: func(ctx context.Context) (Locker, error) {
+		once.Do(func() { setupErr = setupEmulator(ctx, addr) })
 		if setupErr != nil {
-			return nil, fmt.Errorf("starting the Spanner fake: %w", setupErr)
+			return nil, fmt.Errorf("setting up the Spanner emulator at %s: %w", addr, setupErr)
 		}
-		c, err := baton.Open(ctx, "spanner://"+db, nil)
+		c, err := baton.Open(ctx, "spanner://"+benchSpannerDB, nil)
 		if err != nil {
 			return nil, err
 		}
 		return batonLocker{c}, nil
 	}}
+}
+
+// setupEmulator points the Spanner client at the emulator and creates the
+// bench's database and lock table there.
+func setupEmulator(ctx context.Context, addr string) error {
+	if err := os.Setenv("SPANNER_EMULATOR_HOST", addr); err != nil {
+		return err
+	}
+	if err := batonspanner.CreateEmulatorDatabase(ctx, benchSpannerDB); err != nil {
+		return err
+	}
+	return batonspanner.CreateTable(ctx, benchSpannerDB, batonspanner.DefaultTable)
 }

@@ -2,13 +2,19 @@ package spanner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
 	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
+	instance "cloud.google.com/go/spanner/admin/instance/apiv1"
+	"cloud.google.com/go/spanner/admin/instance/apiv1/instancepb"
 	"google.golang.org/api/option"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Spanner's own rule for table names: a letter, then letters, digits and
@@ -46,12 +52,10 @@ func DDL(table string) (string, error) {
 
 func ddl(table string) string {
 	return "CREATE TABLE `" + table + "` (\n" +
-		"  name       STRING(MAX) NOT NULL,\n" + // the lock name ("" for the clock row)
-		"  version    INT64 NOT NULL,\n" + // 0: the name's anchor row; ≥ 1: its current state
-		"  state      BYTES(MAX),\n" + // JSON: holders, queue, counters
-		"  stamp      TIMESTAMP OPTIONS (allow_commit_timestamp = true),\n" + // commit timestamp of the write
-		"  superseded INT64,\n" + // set by the write that replaces this version
-		") PRIMARY KEY (name, version)"
+		"  name  STRING(MAX) NOT NULL,\n" + // the lock name ("" for the clock row)
+		"  state BYTES(MAX),\n" + // JSON: holders, queue, counters
+		"  stamp TIMESTAMP OPTIONS (allow_commit_timestamp = true),\n" + // commit timestamp of the last write
+		") PRIMARY KEY (name)"
 }
 
 // CreateTable creates the lock table called table in database
@@ -103,4 +107,50 @@ func hasTable(st, table string) bool {
 	}
 	name := strings.Trim(strings.TrimSuffix(f[2], "("), "`")
 	return strings.EqualFold(name, table)
+}
+
+// CreateEmulatorDatabase creates the instance and the database of db
+// (projects/P/instances/I/databases/D) on the Cloud Spanner emulator, for
+// development and tests: the emulator keeps nothing across restarts. It
+// does nothing for those that exist. It refuses to run unless
+// SPANNER_EMULATOR_HOST is set, so that it never creates an instance of
+// real Spanner.
+func CreateEmulatorDatabase(ctx context.Context, db string) error {
+	if err := checkDatabase(db); err != nil {
+		return err
+	}
+	if os.Getenv("SPANNER_EMULATOR_HOST") == "" {
+		return errors.New("spanner: CreateEmulatorDatabase: SPANNER_EMULATOR_HOST is not set")
+	}
+	parts := strings.Split(db, "/") // projects/P/instances/I/databases/D
+	ia, err := instance.NewInstanceAdminClient(ctx)
+	if err != nil {
+		return fmt.Errorf("spanner: instance admin client: %w", err)
+	}
+	defer ia.Close()
+	op, err := ia.CreateInstance(ctx, &instancepb.CreateInstanceRequest{
+		Parent: "projects/" + parts[1], InstanceId: parts[3],
+		Instance: &instancepb.Instance{Config: "emulator-config", DisplayName: parts[3], NodeCount: 1},
+	})
+	if err == nil {
+		_, err = op.Wait(ctx)
+	}
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("spanner: creating instance %s: %w", parts[3], err)
+	}
+	da, err := database.NewDatabaseAdminClient(ctx)
+	if err != nil {
+		return fmt.Errorf("spanner: admin client: %w", err)
+	}
+	defer da.Close()
+	dop, err := da.CreateDatabase(ctx, &databasepb.CreateDatabaseRequest{
+		Parent: strings.Join(parts[:4], "/"), CreateStatement: "CREATE DATABASE `" + parts[5] + "`",
+	})
+	if err == nil {
+		_, err = dop.Wait(ctx)
+	}
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("spanner: creating database %s: %w", db, err)
+	}
+	return nil
 }

@@ -28,51 +28,48 @@
 // or let [Open] run it with Options.Create, or call [CreateTable]):
 //
 //	CREATE TABLE baton_locks (
-//	  name       STRING(MAX) NOT NULL,
-//	  version    INT64 NOT NULL,
-//	  state      BYTES(MAX),
-//	  stamp      TIMESTAMP OPTIONS (allow_commit_timestamp = true),
-//	  superseded INT64,
-//	) PRIMARY KEY (name, version)
+//	  name  STRING(MAX) NOT NULL,
+//	  state BYTES(MAX),
+//	  stamp TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+//	) PRIMARY KEY (name)
 //
-// Each lock name ever used has two rows: an anchor (version 0, never
-// deleted) and its current state (version ≥ 1): holders, FIFO queue,
-// fencing and queue counters, as JSON, evaluated in Go with the grant rules
-// of package lockstate, and stamped with the commit timestamp of the write
-// that made it. The row named "" is the store's clock (see Clock). Rows are
-// never deleted, so that tokens keep growing: each name costs about 200
-// bytes for the life of the table. The table name is checked (a letter,
-// then letters, digits, underscores) and names and values only ever travel
-// as keys and mutation values, never inside SQL: the store runs no SQL.
+// One row per lock name ever used: its holders, FIFO queue, fencing and
+// queue counters, as JSON, evaluated in Go with the grant rules of package
+// lockstate, and stamped with the commit timestamp of the write that made
+// it. The row named "" is the store's clock (see Clock). Rows are never
+// deleted, so that tokens keep growing: each name costs about 200 bytes for
+// the life of the table. The table name is checked (a letter, then letters,
+// digits, underscores) and names and values only ever travel as keys and
+// mutation values, never inside SQL: the store runs no SQL.
 //
 // # How a call is decided
 //
 // Acquire, Renew and Release are each one read-write transaction: a read
-// of the rows of the names involved, a decision in Go, and a commit that
-// replaces each changed name's current row version v by version v+1:
+// of the rows of the names involved, a decision in Go, and a commit of one
+// InsertOrUpdate mutation per changed name, whose stamp is the commit
+// timestamp. Spanner's locks serialize the transactions: one that read a
+// row (or an absent key) that another then wrote aborts, and the client
+// runs it again from the read. A batch of renewals or releases is one
+// transaction; a refused acquire that changes nothing commits nothing.
 //
-//	Update(name, v)  (sets superseded: fails with NOT_FOUND if v is gone)
-//	Delete(name, v)
-//	Insert(name, v+1, state, stamp = commit timestamp)
+// The emulator runs one read-write transaction at a time and may answer
+// the others with FailedPrecondition ("Invalid transaction ID", "Cannot read
+// or query using a transaction after it has been committed") or NotFound
+// ("Transaction not found") where real Spanner aborts. The store runs such
+// a transaction again from the read, after a short random pause, up to 100
+// times: on real Spanner these errors mean the transaction is gone with
+// nothing committed, so doing so is safe there too. No other error is
+// retried by the store; baton retries failed calls as for every store.
 //
-// and, for a new name, Insert(name, 0) (fails with ALREADY_EXISTS if
-// someone else created it) followed by Insert(name, 1, …). The first
-// mutation makes the write conditional: it fails if another write replaced
-// version v since the read, and the store then reads and decides again. A
-// version's row is only ever created from its predecessor, or together
-// with the anchor, which is never deleted, so a deleted version can never
-// come back to let a stale decision through. On real Spanner the
-// transaction's locks already serialize the decisions (the client retries
-// aborted transactions); the conditional mutations make the same code
-// correct where transactions detect no conflicts, and need no DML (whose
-// row count would be the other way to condition a write). A batch of
-// renewals or releases is one transaction; a refused acquire that changes
-// nothing commits nothing.
+// Mutations, not DML: the decision is made in Go on what was read, and a
+// mutation carries its result and the commit timestamp
+// (PENDING_COMMIT_TIMESTAMP) without a statement to parse; DML would add
+// nothing but a round trip per statement.
 //
 // Round trips: an acquire, a renewal batch or a release batch is a read
-// (which begins the transaction) and a commit: two; more when a write loses
-// a race. List is one strong read. A store's first call, and any call after
-// ten idle seconds, first commits one write to the clock row (two more).
+// (which begins the transaction) and a commit: two. List is one strong
+// read. A store's first call, and any call after ten idle seconds, first
+// commits one write to the clock row (two more).
 //
 // # Clock, expiry and tokens
 //
@@ -139,28 +136,26 @@
 //
 // # What the tests prove, and what they cannot
 //
-// The tests run against spannertest, the in-memory fake in the official
-// client module, started in-process over real gRPC; with
-// SPANNER_EMULATOR_HOST pointing at the emulator, or BATON_TEST_SPANNER
-// naming a database (real Spanner, with credentials), the same tests run
-// there instead. On the fake they prove the conformance suite (mutual
-// exclusion and strictly increasing tokens under contention, expiry,
-// takeover, FIFO, shared and semaphore locks, elections) and that racing
-// conditional writes have one winner. They cannot prove:
+// The tests run against Google's Cloud Spanner emulator (1.5, started by
+// scripts/servers), and against a real database when BATON_TEST_SPANNER
+// names one (projects/P/instances/I/databases/D, with credentials). They
+// prove the conformance suite (mutual exclusion and strictly increasing
+// tokens under contention, expiry, takeover, FIFO, shared and semaphore
+// locks, elections), racing acquirers with one winner, three electors with
+// one leader at a time, and faultcheck's kills, pauses, partitions and
+// clock jumps of the clients. They cannot prove:
 //
-//   - Spanner's conflict handling: the fake detects no conflicts and runs
-//     commits one at a time under one lock, so aborted and retried
-//     transactions, lock waits and their latencies never happen; the
-//     conditional mutations are what keeps the fake correct.
-//   - TrueTime: the fake's commit timestamps are its process clock,
-//     strictly increasing by a microsecond; commit wait, clock uncertainty
-//     and commit timestamps of concurrent writers on different servers are
-//     not exercised.
-//   - Atomic commits: the fake keeps the mutations before a failing one
-//     (the store orders its checks first, so a failed commit leaves only
-//     superseded markers behind); real Spanner commits all or nothing.
-//   - Schema details the fake does not enforce (allow_commit_timestamp),
-//     Spanner's limits (mutations per commit, key size: names are at most
-//     255 bytes), IAM, and any latency: the fake's figures say nothing of
-//     real Spanner's.
+//   - Spanner's concurrency: the emulator runs one read-write transaction
+//     at a time, so lock waits across servers and their latencies never
+//     happen.
+//   - TrueTime: the emulator's commit timestamps come from one process's
+//     clock; commit wait, clock uncertainty and commit timestamps of
+//     concurrent writers on different servers are not exercised.
+//   - Spanner's limits (mutations per commit, key size: names are at most
+//     255 bytes), IAM, and any latency: the emulator's figures say nothing
+//     of real Spanner's.
+//
+// The in-process fake of the client module (spannertest) is no longer
+// supported: it detects no conflicts between transactions, which this
+// store relies on.
 package spanner

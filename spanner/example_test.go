@@ -15,7 +15,7 @@ import (
 // A leader loop on Spanner, as with spindle: Run campaigns until ctx ends,
 // IsLeader says at any moment whether this process leads, with which
 // fencing token (a commit timestamp). Here the database is the tests'
-// (the in-process fake, or SPANNER_EMULATOR_HOST's emulator); in
+// (the emulator at SPANNER_EMULATOR_HOST); in
 // production it is projects/P/instances/I/databases/D, and the table was
 // created beforehand with the statement from DDL.
 func Example_election() {
@@ -89,10 +89,8 @@ func ExampleDDL() {
 	fmt.Println(ddl)
 	// Output:
 	// CREATE TABLE `baton_locks` (
-	//   name       STRING(MAX) NOT NULL,
-	//   version    INT64 NOT NULL,
-	//   state      BYTES(MAX),
-	//   stamp      TIMESTAMP OPTIONS (allow_commit_timestamp = true),
-	//   superseded INT64,
-	// ) PRIMARY KEY (name, version)
+	//   name  STRING(MAX) NOT NULL,
+	//   state BYTES(MAX),
+	//   stamp TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+	// ) PRIMARY KEY (name)
 }

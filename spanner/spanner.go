@@ -242,7 +242,7 @@ func (s *Store) ensureClock(ctx context.Context) error {
 // timestamp.
 func (s *Store) refreshClock(ctx context.Context) error {
 	ts, err := s.client.Apply(ctx, []*spanner.Mutation{
-		spanner.InsertOrUpdate(s.table, []string{"name", "version", "stamp"}, []any{"", int64(0), spanner.CommitTimestamp}),
+		spanner.InsertOrUpdate(s.table, []string{"name", "stamp"}, []any{"", spanner.CommitTimestamp}),
 	})
 	if err != nil {
 		return s.wrap(err)
@@ -259,63 +259,57 @@ func (s *Store) wrap(err error) error {
 	return fmt.Errorf("spanner: %w", err)
 }
 
-// maxAttempts bounds the tries of a decision that keeps losing races.
+// maxAttempts bounds the tries of a transaction that the emulator keeps
+// refusing (see retryable).
 const maxAttempts = 100
 
 // update reads the rows of keys in a read-write transaction, lets decide
 // change the names it read (adding names it creates to the map and setting
-// their dirty flag), and writes the changed names, each conditionally (see
-// name.mutations). It tries again, from the read, when a write lost a race
-// (the fake runs transactions without conflict detection; real Spanner
-// aborts and retries them itself, and its locks make such losses rare).
-// It returns the commit timestamp and whether anything was written.
+// their dirty flag), and writes the changed names. Spanner's locks
+// serialize the transactions: a write that conflicts with another aborts,
+// and the client runs the transaction again from the read. It returns the
+// commit timestamp and whether anything was written.
 func (s *Store) update(ctx context.Context, keys spanner.KeySet, decide func(names map[string]*name, now time.Time)) (time.Time, bool, error) {
 	if err := s.ensureClock(ctx); err != nil {
 		return time.Time{}, false, err
 	}
 	for attempt := 1; ; attempt++ {
-		var read, wrote bool
+		var wrote bool
 		resp, err := s.client.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-			read, wrote = false, false
+			wrote = false
 			names := map[string]*name{}
 			if err := tx.Read(ctx, s.table, keys, cols).Do(func(r *spanner.Row) error { return readRow(r, names) }); err != nil {
 				return err
 			}
-			read = true
 			decide(names, s.now(names))
-			var check, rest []*spanner.Mutation
+			var ms []*spanner.Mutation
 			for _, n := range slices.Sorted(maps.Keys(names)) {
-				x := names[n]
-				if !x.dirty {
-					continue
+				if x := names[n]; x.dirty {
+					m, err := x.mutation(s.table)
+					if err != nil {
+						return err
+					}
+					ms = append(ms, m)
 				}
-				c, r, err := x.mutations(s.table)
-				if err != nil {
-					return err
-				}
-				check, rest = append(check, c...), append(rest, r...)
 			}
-			if len(check) == 0 {
+			if len(ms) == 0 {
 				return nil
 			}
 			wrote = true
-			// All checks first: the fake applies a commit's mutations in
-			// order and keeps those before a failing one.
-			return tx.BufferWrite(append(check, rest...))
+			return tx.BufferWrite(ms)
 		}, spanner.TransactionOptions{TransactionTag: "baton"})
 		if err == nil {
 			s.observe(resp.CommitTs)
 			return resp.CommitTs, wrote, nil
 		}
-		code := spanner.ErrCode(err)
-		if !read || !wrote || (code != codes.NotFound && code != codes.AlreadyExists) || attempt >= maxAttempts || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return time.Time{}, false, fmt.Errorf("spanner: %w", context.Cause(ctx))
-			}
+		if ctx.Err() != nil {
+			return time.Time{}, false, fmt.Errorf("spanner: %w", context.Cause(ctx))
+		}
+		if !retryable(err) || attempt >= maxAttempts {
 			return time.Time{}, false, s.wrap(err)
 		}
-		// Lost a race: try again after a short random pause, so that
-		// racers spread out.
+		// Lost a race on the emulator: try again after a short random
+		// pause, so that racers spread out.
 		t := time.NewTimer(time.Duration(rand.Int64N(int64(min(attempt, 8)) * int64(time.Millisecond))))
 		select {
 		case <-t.C:
@@ -323,6 +317,35 @@ func (s *Store) update(ctx context.Context, keys spanner.KeySet, decide func(nam
 			t.Stop()
 		}
 	}
+}
+
+// retryable reports whether a failed transaction lost a race on the
+// emulator, which runs one read-write transaction at a time and answers
+// the others with these errors where real Spanner aborts them (and the
+// client retries aborted transactions itself). On real Spanner the same
+// errors mean the transaction is gone and nothing of it was committed, so
+// running it again from the read is safe there too.
+func retryable(err error) bool {
+	code := spanner.ErrCode(err)
+	if code != codes.FailedPrecondition && code != codes.NotFound && code != codes.Aborted {
+		return false
+	}
+	msg := err.Error()
+	for _, m := range emulatorRaces {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// emulatorRaces are the emulator's messages for a transaction that lost a
+// race with another.
+var emulatorRaces = []string{
+	"Transaction not found",
+	"Invalid transaction ID",
+	"Cannot read or query using a transaction after it has been committed",
+	"Transaction was aborted",
 }
 
 // Acquire implements driver.Store: one read-write transaction (a read and

@@ -29,47 +29,33 @@ type pending struct {
 
 // name is one lock name as read in a transaction.
 type name struct {
-	name    string
-	anchor  bool  // the (name, 0) row exists
-	version int64 // of the current row; 0 if none
-	rec     record
-	stamp   time.Time // commit timestamp of the current row
-	dirty   bool      // rec changed: write a new version
+	name  string
+	rec   record
+	stamp time.Time // commit timestamp of the row's last write
+	dirty bool      // rec changed: write it back
 }
 
-var cols = []string{"name", "version", "state", "stamp"}
+var cols = []string{"name", "state", "stamp"}
 
 // readRow folds one row of the table into names.
 func readRow(r *spanner.Row, names map[string]*name) error {
 	var (
-		n       string
-		version int64
-		state   []byte
-		stamp   spanner.NullTime
+		n     string
+		state []byte
+		stamp spanner.NullTime
 	)
-	if err := r.Columns(&n, &version, &state, &stamp); err != nil {
+	if err := r.Columns(&n, &state, &stamp); err != nil {
 		return err
 	}
 	if n == "" {
 		return nil // the clock row
 	}
-	x := names[n]
-	if x == nil {
-		x = &name{name: n}
-		names[n] = x
-	}
-	if version == 0 {
-		x.anchor = true
-		return nil
-	}
-	if x.version != 0 {
-		return fmt.Errorf("spanner: lock %q has two current rows (versions %d and %d)", n, x.version, version)
-	}
-	x.version, x.stamp = version, stamp.Time
+	x := &name{name: n, stamp: stamp.Time}
 	if err := json.Unmarshal(state, &x.rec); err != nil {
 		return fmt.Errorf("spanner: lock %q: bad state: %w", n, err)
 	}
 	resolve(&x.rec, x.stamp)
+	names[n] = x
 	return nil
 }
 
@@ -113,31 +99,15 @@ func (x *name) mark(owner string, queued, isNew bool) {
 	x.rec.Pending = append(x.rec.Pending, pending{Owner: owner, Queued: queued, New: isNew})
 }
 
-// mutations replaces x's current row with its new state. The first
-// mutation is the check that makes the write conditional on nothing else
-// having written the name since it was read: Update fails (NOT_FOUND) if
-// the current row was replaced meanwhile, and Insert of the anchor fails
-// (ALREADY_EXISTS) if someone else created the name. Versions only grow
-// and a version's row is created only from its predecessor (or with the
-// anchor, which is never deleted), so a deleted version can never come
-// back to let a stale write through.
-func (x *name) mutations(table string) (check, rest []*spanner.Mutation, err error) {
+// mutation writes x's new state, stamped with the commit timestamp. The
+// transaction's locks on the row it read (or on its absent key) make the
+// write conflict with any other that read it meanwhile.
+func (x *name) mutation(table string) (*spanner.Mutation, error) {
 	state, err := json.Marshal(&x.rec)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	next := x.version + 1
-	if x.version == 0 {
-		if x.anchor {
-			return nil, nil, fmt.Errorf("spanner: lock %q has an anchor row but no state row (was the table edited by hand?)", x.name)
-		}
-		check = append(check, spanner.Insert(table, []string{"name", "version"}, []any{x.name, int64(0)}))
-	} else {
-		check = append(check, spanner.Update(table, []string{"name", "version", "superseded"}, []any{x.name, x.version, next}))
-		rest = append(rest, spanner.Delete(table, spanner.Key{x.name, x.version}))
-	}
-	rest = append(rest, spanner.Insert(table, cols, []any{x.name, next, state, spanner.CommitTimestamp}))
-	return check, rest, nil
+	return spanner.InsertOrUpdate(table, cols, []any{x.name, state, spanner.CommitTimestamp}), nil
 }
 
 // grant is the entry of a grant or renewal of owner, resolved.
