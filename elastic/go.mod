@@ -4,6 +4,7 @@ go 1.24
 
 require (
 	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
+	github.com/elastic/go-elasticsearch/v7 v7.17.10
 	github.com/opensearch-project/opensearch-go/v4 v4.6.0
 )
 
