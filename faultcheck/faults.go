@@ -14,7 +14,7 @@ import (
 func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	end := start + int64(r.cfg.Duration)
 	restartAt := start + int64(r.cfg.Duration)*4/10
-	restarted := r.cfg.Store.Server == ""
+	restarted := r.cfg.Store.Server == "" || r.cfg.Store.NoRestart
 	var faults []func(*slot) // the kinds that apply to this store
 	var kinds []string
 	weights := []int{}

@@ -127,8 +127,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	if s := cfg.Store; s.Server != "" {
-		if len(s.ServerEnv) > 0 {
-			// Restart it so that it surely runs with those settings.
+		if len(s.ServerEnv) > 0 || s.NoRestart {
+			// Restart it so that it surely runs with those settings, or
+			// afresh.
 			if err := Servers(ctx, cfg.Servers, cfg.Dir, s, "down", s.Server); err != nil {
 				return nil, err
 			}
@@ -137,10 +138,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		r.target = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	} else if s.Start != nil {
-		var err error
-		if r.target, err = s.Start(ctx); err != nil {
-			return nil, fmt.Errorf("faultcheck: starting %s: %w", s.Name, err)
+		if s.Setup != nil {
+			if err := s.Setup(ctx, r.target); err != nil {
+				return nil, fmt.Errorf("faultcheck: setting up %s: %w", s.Name, err)
+			}
 		}
 	}
 	r.timeNS = cfg.Store.TimeNS && timeNamespaces()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	// Every store the harness can run, by URL scheme. A new store is one
@@ -20,49 +19,38 @@ import (
 	_ "github.com/baton-go/baton/sqlite"
 	_ "github.com/baton-go/baton/zookeeper"
 
-	"cloud.google.com/go/spanner/spannertest"
-
 	batonspanner "github.com/baton-go/baton/spanner"
 )
 
 const spannerDB = "projects/faultcheck/instances/faultcheck/databases/faultcheck"
 
-// startSpannerFake starts the official client's in-process fake, once per
-// process, and creates the lock table.
-var startSpannerFake = func() func(ctx context.Context) (string, error) {
-	var once sync.Once
-	var addr string
-	var err error
-	return func(ctx context.Context) (string, error) {
-		once.Do(func() {
-			var srv *spannertest.Server
-			if srv, err = spannertest.NewServer("127.0.0.1:0"); err != nil {
-				return
-			}
-			srv.SetLogger(func(string, ...any) {})
-			addr = srv.Addr
-			// The harness's own client (which creates the table) goes
-			// straight to it; workers get their proxy's address.
-			if err = os.Setenv("SPANNER_EMULATOR_HOST", addr); err == nil {
-				err = batonspanner.CreateTable(ctx, spannerDB, batonspanner.DefaultTable)
-			}
-		})
-		return addr, err
+// spannerSetup creates the emulator's instance, database and lock table
+// (the emulator keeps nothing across restarts, so the harness never
+// restarts it).
+func spannerSetup(ctx context.Context, addr string) error {
+	if err := os.Setenv("SPANNER_EMULATOR_HOST", addr); err != nil {
+		return err
 	}
-}()
+	if err := batonspanner.CreateEmulatorDatabase(ctx, spannerDB); err != nil {
+		return err
+	}
+	return batonspanner.CreateTable(ctx, spannerDB, batonspanner.DefaultTable)
+}
 
-// Store is one store the harness knows how to run.
+// Store is one server of a store that the harness knows how to run.
 type Store struct {
-	Name string // what -store takes
+	// Name is what -store takes: the server's name in scripts/servers,
+	// which names its version too (postgres18), or the store's for an
+	// embedded store.
+	Name string
 	// Server is the server's name in scripts/servers; empty for an
 	// embedded store, which gets no proxy and no restart (its faults are
 	// kills and pauses of the processes sharing it).
 	Server string
-	// PortVar is the variable scripts/servers reads the server's port
-	// from, and Port the port of the harness's own instance, away from the
-	// shared one on the default port that other tests use.
-	PortVar string
-	Port    int
+	// Port is the port of the harness's own instance, away from the
+	// shared one that other tests use (scripts/servers reads it from
+	// BATON_PORT_<SERVER>).
+	Port int
 	// URL is the store's URL for a client that reaches the server at addr
 	// (host:port: its proxy), with leases (or sessions) of ttl. dir is the
 	// run's directory, for embedded stores.
@@ -71,10 +59,12 @@ type Store struct {
 	// harness's instance needs (the server is restarted with them when a
 	// run begins).
 	ServerEnv []string
-	// Start, for a store whose server runs inside the harness's process (a
-	// fake), starts it and returns its address: it gets proxies but no
-	// restart (the fake keeps its data in memory).
-	Start func(ctx context.Context) (addr string, err error)
+	// NoRestart: the server keeps nothing across a restart (the Spanner
+	// emulator), so the run does not restart it.
+	NoRestart bool
+	// Setup, if set, prepares the server at addr once it runs (creating
+	// what a store cannot create itself).
+	Setup func(ctx context.Context, addr string) error
 	// Env is more environment for a worker that reaches the server at
 	// addr, for stores that take their endpoint from there.
 	Env func(addr string) []string
@@ -83,48 +73,58 @@ type Store struct {
 	TimeNS bool
 }
 
-// Stores is the table of stores, in the order TestShort runs them.
+// URLs of the stores, by the address of the server (its proxy).
+func pgURL(addr, _ string, _ time.Duration) string {
+	return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2"
+}
+func mysqlURL(addr, _ string, _ time.Duration) string {
+	return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s"
+}
+func redisURL(addr, _ string, _ time.Duration) string {
+	return "redis://" + addr + "/0?dial_timeout=2s"
+}
+func etcdURL(addr, _ string, ttl time.Duration) string {
+	return fmt.Sprintf("etcd://%s/faultcheck?session_ttl=%s&dial_timeout=2s", addr, ttl)
+}
+func mongoURL(addr, _ string, _ time.Duration) string {
+	return "mongodb://" + addr + "/faultcheck?collection=locks&directConnection=true&connectTimeoutMS=2000&serverSelectionTimeoutMS=5000"
+}
+func elasticURL(scheme string) func(addr, _ string, _ time.Duration) string {
+	return func(addr, _ string, _ time.Duration) string { return scheme + "://" + addr + "/faultcheck?timeout=5s" }
+}
+func zkURL(addr, _ string, ttl time.Duration) string {
+	return fmt.Sprintf("zk://%s/faultcheck?session_timeout=%s", addr, ttl)
+}
+
+// redisAOF: Redis with an fsynced append-only file; without persistence
+// a restart forgets every fencing counter, and tokens repeat.
+var redisAOF = []string{"BATON_REDIS_ARGS=--appendonly yes --appendfsync always"}
+
+// Stores is the table of stores' servers, every version the tests run,
+// in the order TestShort runs them.
 var Stores = []Store{
 	{Name: "sqlite", TimeNS: true, URL: func(_, dir string, _ time.Duration) string {
 		return "sqlite://" + filepath.Join(dir, "sqlite", "faultcheck.db")
 	}},
-	{Name: "postgres", Server: "postgres", PortVar: "BATON_PG_PORT", Port: 25432, TimeNS: true,
-		URL: func(addr, _ string, _ time.Duration) string {
-			return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2"
-		}},
-	{Name: "mysql", Server: "mariadb", PortVar: "BATON_MYSQL_PORT", Port: 23306, TimeNS: true,
-		URL: func(addr, _ string, _ time.Duration) string {
-			return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s"
-		}},
-	// Redis with an fsynced append-only file: without persistence a
-	// restart forgets every fencing counter, and tokens repeat.
-	{Name: "redis", Server: "redis", PortVar: "BATON_REDIS_PORT", Port: 26379, TimeNS: true,
-		ServerEnv: []string{"BATON_REDIS_ARGS=--appendonly yes --appendfsync always"},
-		URL: func(addr, _ string, _ time.Duration) string {
-			return "redis://" + addr + "/0?dial_timeout=2s"
-		}},
-	{Name: "etcd", Server: "etcd", PortVar: "BATON_ETCD_PORT", Port: 22379, TimeNS: true,
-		URL: func(addr, _ string, ttl time.Duration) string {
-			return fmt.Sprintf("etcd://%s/faultcheck?session_ttl=%s&dial_timeout=2s", addr, ttl)
-		}},
-	{Name: "mongo", Server: "ferretdb", PortVar: "BATON_FERRETDB_PORT", Port: 27027, TimeNS: true,
-		URL: func(addr, _ string, _ time.Duration) string {
-			return "mongodb://" + addr + "/faultcheck?collection=locks&directConnection=true&connectTimeoutMS=2000&serverSelectionTimeoutMS=5000"
-		}},
-	{Name: "opensearch", Server: "opensearch", PortVar: "BATON_OPENSEARCH_PORT", Port: 29200, TimeNS: true,
-		ServerEnv: []string{"BATON_OPENSEARCH_TRANSPORT_PORT=29300"},
-		URL: func(addr, _ string, _ time.Duration) string {
-			return "opensearch://" + addr + "/faultcheck?timeout=5s"
-		}},
-	{Name: "spanner", Start: startSpannerFake, TimeNS: true,
+	{Name: "postgres15", Server: "postgres15", Port: 25432, TimeNS: true, URL: pgURL},
+	{Name: "postgres18", Server: "postgres18", Port: 25433, TimeNS: true, URL: pgURL},
+	{Name: "mariadb10", Server: "mariadb10", Port: 23306, TimeNS: true, URL: mysqlURL},
+	{Name: "mysql8", Server: "mysql8", Port: 23307, TimeNS: true, URL: mysqlURL},
+	{Name: "redis7", Server: "redis7", Port: 26379, TimeNS: true, ServerEnv: redisAOF, URL: redisURL},
+	{Name: "valkey9", Server: "valkey9", Port: 26380, TimeNS: true, ServerEnv: redisAOF, URL: redisURL},
+	{Name: "etcd34", Server: "etcd34", Port: 22379, TimeNS: true, URL: etcdURL},
+	{Name: "etcd37", Server: "etcd37", Port: 22479, TimeNS: true, URL: etcdURL},
+	{Name: "mongodb6", Server: "mongodb6", Port: 27027, TimeNS: true, URL: mongoURL},
+	{Name: "ferretdb1", Server: "ferretdb1", Port: 27029, TimeNS: true, URL: mongoURL},
+	{Name: "opensearch2", Server: "opensearch2", Port: 29200, TimeNS: true, URL: elasticURL("opensearch")},
+	{Name: "elasticsearch7", Server: "elasticsearch7", Port: 29201, TimeNS: true, URL: elasticURL("elasticsearch")},
+	{Name: "spanner", Server: "emulator", Port: 29010, TimeNS: true, NoRestart: true, Setup: spannerSetup,
 		Env: func(addr string) []string { return []string{"SPANNER_EMULATOR_HOST=" + addr} },
 		URL: func(string, string, time.Duration) string {
 			return "spanner://" + spannerDB + "?table=" + batonspanner.DefaultTable + "&poll=25ms"
 		}},
-	{Name: "zookeeper", Server: "zookeeper", PortVar: "BATON_ZK_PORT", Port: 22181, TimeNS: true,
-		URL: func(addr, _ string, ttl time.Duration) string {
-			return fmt.Sprintf("zk://%s/faultcheck?session_timeout=%s", addr, ttl)
-		}},
+	{Name: "zookeeper38", Server: "zookeeper38", Port: 22181, TimeNS: true, URL: zkURL},
+	{Name: "zookeeper39", Server: "zookeeper39", Port: 22182, TimeNS: true, URL: zkURL},
 }
 
 // StoreNamed returns the entry of Stores called name.

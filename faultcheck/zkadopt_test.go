@@ -24,7 +24,7 @@ func TestZooKeeperAdopt(t *testing.T) {
 	if script == "" {
 		t.Fatal("BATON_SERVERS is not set: run scripts/test")
 	}
-	st, _ := faultcheck.StoreNamed("zookeeper")
+	st, _ := faultcheck.StoreNamed("zookeeper38")
 	st.Port = 22191
 	dir := "/tmp/baton-zkadopt"
 	if err := faultcheck.Servers(ctx, script, dir, st, "up", st.Server); err != nil {

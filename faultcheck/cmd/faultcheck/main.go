@@ -1,14 +1,15 @@
 // Command faultcheck runs baton's fault harness against one store and
 // writes a report:
 //
-//	faultcheck run -store postgres -duration 10m -report faultcheck/reports/postgres.md
+//	faultcheck run -store postgres18 -duration 10m -report faultcheck/reports/postgres18.md
 //
 // It starts the store's own server instance through scripts/servers
 // (BATON_SERVERS, or -servers) in /tmp/baton-faults, on a port apart from
 // the shared test servers (-dir and -port choose others, so that two runs
 // of one store can go at once), and client processes that are this same
-// executable in worker mode. Stores: sqlite, postgres, mysql, redis, etcd,
-// zookeeper. It exits 1 if the run found a violation.
+// executable in worker mode. -store names a server of scripts/servers,
+// which names its version (postgres15, postgres18, mysql8…), or sqlite;
+// -store list lists them. It exits 1 if the run found a violation.
 package main
 
 import (
@@ -33,7 +34,7 @@ func main() {
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	store := fs.String("store", "", "the store to run (sqlite, postgres, mysql, redis, etcd, zookeeper)")
+	store := fs.String("store", "", "the store's server to run (list: the choices)")
 	duration := fs.Duration("duration", 10*time.Minute, "how long to inject faults")
 	report := fs.String("report", "", "write a markdown report to this file")
 	workers := fs.Int("workers", 6, "client processes")
@@ -43,9 +44,17 @@ func main() {
 	dir := fs.String("dir", faultcheck.DefaultDir, "directory of the harness's own servers")
 	port := fs.Int("port", 0, "port of the harness's own server (default: the store's, see faultcheck.Stores)")
 	fs.Parse(os.Args[2:])
+	var names []string
+	for _, s := range faultcheck.Stores {
+		names = append(names, s.Name)
+	}
+	if *store == "list" {
+		fmt.Println(strings.Join(names, "\n"))
+		return
+	}
 	s, ok := faultcheck.StoreNamed(*store)
 	if !ok {
-		fmt.Fprintf(os.Stderr, "faultcheck: unknown store %q\n", *store)
+		fmt.Fprintf(os.Stderr, "faultcheck: unknown store %q (one of: %s)\n", *store, strings.Join(names, ", "))
 		os.Exit(2)
 	}
 	if *port != 0 {
