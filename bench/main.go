@@ -53,6 +53,12 @@ type Locker interface {
 type Target struct {
 	Name string
 	New  func(ctx context.Context) (Locker, error)
+	// NewElector, if set, makes a candidate of the election name, with
+	// leases of lease (see elect.go).
+	NewElector func(ctx context.Context, name string, lease time.Duration) (Elector, error)
+	// Calls, if set, counts the calls to the server of every client the
+	// target made so far.
+	Calls func() int64
 }
 
 type targets []string
@@ -69,6 +75,9 @@ func main() {
 	handoffs := flag.Int("handoffs", 40, "hand-off samples")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	rounds := flag.Int("rounds", 1, "measure the targets this many times, in turn, and end with the medians")
+	failover := flag.Int("failover", 0, "leader crashes to time per round, for targets with elections (0: none)")
+	lease := flag.Duration("lease", 5*time.Second, "lease length of the failover workload")
+	skipLocks := flag.Bool("failover-only", false, "run only the failover workload")
 	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
 	if *childSpec != "" {
@@ -115,8 +124,12 @@ func main() {
 		targets = append(targets, t)
 	}
 	all := make([][]result, len(targets))
+	fos := make([][]failoverResult, len(targets))
 	for range max(*rounds, 1) {
 		for i, t := range targets {
+			if *skipLocks {
+				break
+			}
 			r, err := measure(t, *n, *clients, *dur, *handoffs)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", t.Name, err)
@@ -125,13 +138,41 @@ func main() {
 			all[i] = append(all[i], r)
 			fmt.Println(r.row(t.Name))
 		}
+		if *failover > 0 {
+			fmt.Printf("\nFailover (3 candidates, lease %v):\n\n", *lease)
+			fmt.Println("| target | leader crash to new leader p50/max ms | calls/s per candidate | samples |")
+			fmt.Println("|---|---|---|---|")
+			for i, t := range targets {
+				if t.NewElector == nil {
+					continue
+				}
+				r, err := measureFailover(t, *failover, *lease)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: %s: failover: %v\n", t.Name, err)
+					os.Exit(1)
+				}
+				fos[i] = append(fos[i], r)
+				fmt.Println(r.row(t.Name))
+			}
+			fmt.Println()
+		}
 	}
-	if *rounds > 1 {
+	if *rounds > 1 && !*skipLocks {
 		fmt.Printf("\nMedians of %d rounds:\n\n", *rounds)
 		fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
 		fmt.Println("|---|---|---|---|")
 		for i, t := range targets {
 			fmt.Println(median(all[i]).row(t.Name))
+		}
+	}
+	if *rounds > 1 && *failover > 0 {
+		fmt.Printf("\nFailover, medians of %d rounds:\n\n", *rounds)
+		fmt.Println("| target | leader crash to new leader p50/max ms | calls/s per candidate | samples |")
+		fmt.Println("|---|---|---|---|")
+		for i, t := range targets {
+			if len(fos[i]) > 0 {
+				fmt.Println(medianFailover(fos[i]).row(t.Name))
+			}
 		}
 	}
 }
