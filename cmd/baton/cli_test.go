@@ -54,7 +54,8 @@ func TestHelpListsFlags(t *testing.T) {
 		if len(fl.Name) == 1 {
 			dash = "-"
 		}
-		if !strings.Contains(runHelp, "  "+dash+fl.Name+" ") {
+		f := dash + fl.Name
+		if !strings.Contains(runHelp, "  "+f+" ") && !strings.Contains(runHelp, "  "+f+", ") && !strings.Contains(runHelp, ", "+f+" ") {
 			t.Errorf("baton run --help does not document %s%s", dash, fl.Name)
 		}
 	})
@@ -82,11 +83,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "x", "--"}, exitUsage, true},
 		{[]string{"run", "x", "echo", "hi"}, exitUsage, true},
 		{[]string{"run"}, exitUsage, true},
-		{cmdline([]string{"run", "x", "--store", "foo://bar"}, ok...), exitError, false},
-		{cmdline([]string{"run", "x", "--store", "no-scheme"}, ok...), exitError, false},
+		{cmdline([]string{"run", "x", "--store", "foo://bar"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--store", "no-scheme"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "--store", "postgres://%zz"}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "   "}, ok...), exitUsage, true},
+		{cmdline([]string{"run", "x", "-E", "256"}, ok...), exitUsage, true},
+		{[]string{"status", "--timeout", "0"}, exitUsage, true},
 		{cmdline([]string{"run", "x\x01y"}, ok...), exitUsage, false},
 		{cmdline([]string{"run", "x", "--owner", "has space"}, ok...), exitUsage, false},
-		{[]string{"status", "--store", "foo://bar"}, exitError, false},
+		{[]string{"status", "--store", "foo://bar"}, exitUsage, true},
 		{[]string{"status", "a", "b"}, exitUsage, true},
 		{[]string{"status", "--bogus"}, exitUsage, true},
 		{[]string{"release", "x"}, exitUsage, true},
@@ -108,10 +113,50 @@ func TestBadInput(t *testing.T) {
 	}
 	// With BATON_STORE pointing to an unknown store, the message says so.
 	r := newEnv(t, "BATON_STORE=foo://x").baton(t, cmdline([]string{"run", "x"}, ok...)...)
-	if r.code != exitError || !strings.Contains(r.stderr, "BATON_STORE") || !strings.Contains(r.stderr, `"foo"`) {
+	if r.code != exitUsage || !strings.Contains(r.stderr, "BATON_STORE") || !strings.Contains(r.stderr, `"foo"`) {
 		t.Errorf("unknown store from BATON_STORE: exit %d, stderr %q", r.code, r.stderr)
 	}
-	checkOneLine(t, r, false)
+	checkOneLine(t, r, true)
+}
+
+// TestConventions: durations in plain seconds, the conflict exit code,
+// messages that spell flags as the help does, blank names.
+func TestConventions(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	ok := helperArgv("exit", "0")
+	if r := e.baton(t, cmdline([]string{"run", "x", "--timeout", "5", "--ttl", "2.5", "--grace", "1"}, ok...)...); r.code != 0 {
+		t.Errorf("durations in seconds: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r := e.baton(t, cmdline([]string{"run", "x", "--ttl", "banana"}, ok...)...)
+	if !strings.Contains(r.stderr, "--ttl") || strings.Contains(r.stderr, " -ttl") {
+		t.Errorf("bad --ttl: stderr %q, want the flag spelled --ttl", r.stderr)
+	}
+	r = e.baton(t, cmdline([]string{"run", "x", "--bogus"}, ok...)...)
+	if !strings.Contains(r.stderr, "unknown flag: --bogus") {
+		t.Errorf("unknown flag: stderr %q", r.stderr)
+	}
+	r = e.baton(t, cmdline([]string{"run", "  "}, ok...)...)
+	if !strings.Contains(r.stderr, "blank") {
+		t.Errorf("name of spaces: stderr %q, want it called blank", r.stderr)
+	}
+	// The lock held: --wait=false and --timeout exit with -E's code.
+	dir := t.TempDir()
+	holder := e.start(t, cmdline([]string{"run", "x"}, helperArgv("wait", dir)...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	for _, args := range [][]string{
+		{"run", "x", "--wait=false", "-E", "9"},
+		{"run", "x", "--timeout", "0.2", "--conflict-exit-code", "9"},
+	} {
+		if r := e.baton(t, cmdline(args, ok...)...); r.code != 9 {
+			t.Errorf("baton %q: exit %d, want 9; stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if r := e.baton(t, cmdline([]string{"run", "x", "--wait=false"}, ok...)...); r.code != exitNotAcquired {
+		t.Errorf("held, --wait=false: exit %d, want %d", r.code, exitNotAcquired)
+	}
+	writeFileAtomic(filepath.Join(dir, "stop"), "")
+	holder.wait(t)
 }
 
 func TestExitCodePassThrough(t *testing.T) {
@@ -216,5 +261,34 @@ func TestSignals(t *testing.T) {
 	}
 	if got := readString(t, filepath.Join(dir, "signal")); got != "terminated\n" {
 		t.Errorf("the command got %q", got)
+	}
+}
+
+// TestVerbose: a waiting baton run --verbose says who holds the lock (owner,
+// host, since when, token, time left), then what happens to its lease.
+func TestVerbose(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	dir := t.TempDir()
+	holder := e.start(t, cmdline([]string{"run", "x", "--owner", "alice-1"}, helperArgv("wait", dir)...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	w := e.start(t, cmdline([]string{"run", "x", "--verbose", "--ttl", "1s", "--timeout", "20"}, helperArgv("exit", "0")...)...)
+	waitFor(t, "the waiter to say who holds the lock", func() bool {
+		return strings.Contains(w.stderrText(), `waiting for lock "x", held by alice-1 on `)
+	})
+	time.Sleep(1500 * time.Millisecond) // the holder renews: nothing new to say
+	writeFileAtomic(filepath.Join(dir, "stop"), "")
+	holder.wait(t)
+	r := w.wait(t)
+	if r.code != 0 {
+		t.Fatalf("waiter exited %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{`waiting for lock "x", held by alice-1 on `, "(token 1, ", " left)", `acquired lock "x", token 2`, `released lock "x" after `} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if n := strings.Count(r.stderr, "waiting for lock"); n != 1 {
+		t.Errorf("said %d times what it waits for, want once (the holder did not change):\n%s", n, r.stderr)
 	}
 }

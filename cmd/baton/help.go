@@ -11,7 +11,8 @@ const storeHelp = `Store:
     $XDG_STATE_HOME/baton/baton.db, else ~/.local/state/baton/baton.db
     (macOS: ~/Library/Application Support/baton/baton.db;
      Windows: %AppData%\baton\baton.db)
-  Its directory is created when needed. Other stores:
+  Its directory is created when needed. Other stores, in a baton built
+  with their tags (go install -tags all, or -tags postgres,redis, ...):
     sqlite:///abs/path/locks.db                an SQLite file of your choice
     postgres://user:pass@host:5432/db          PostgreSQL
     mysql://user:pass@host:3306/db             MySQL / MariaDB (also mariadb://)
@@ -28,8 +29,9 @@ const storeHelp = `Store:
 const exitHelp = `Exit codes:
   0    success (run: the command succeeded)
   1    error (the store could not be reached, ...)
-  2    usage error (bad flags or arguments)
+  2    usage error (bad flags or arguments, a malformed or unknown --store)
   3    lock not acquired: held, with --wait=false, or --timeout reached
+       (run's -E chooses another code)
   4    lease lost while the command ran: the command was stopped
   126  the command could not be started (permission denied, ...)
   127  the command was not found
@@ -84,14 +86,25 @@ Flags:
                  store, others get the lock at most D later
   --wait         wait for the lock (default true); --wait=false tries once
                  and exits with code 3 if the lock is held
-  --timeout D    wait at most D for the lock, then exit with code 3
-                 (default 0: forever)
+  --timeout D    wait at most D for the lock (connecting to the store
+                 included), then exit with code 3 (default 0: forever;
+                 connecting alone gives up after 10s)
+  -E, --conflict-exit-code N
+                 exit with N instead of 3 when the lock is not acquired
   --owner ID     owner id (default: a new random one). Keep it unguessable;
                  'baton release NAME --owner ID' releases it. Two runs with
                  the same owner share one hold: do not start them at once.
   --grace D      time between SIGTERM and SIGKILL when the command must stop
                  (default 10s)
+  -v, --verbose  say what baton waits for (who holds the lock, since when,
+                 its token and time left, again when that changes) and
+                 what happens to the lease; pass on the store driver's log
+                 lines. On a terminal, baton says once, after a second of
+                 waiting, who holds the lock, even without --verbose.
   --store URL    the store (see below)
+
+Durations (D) are Go durations (90s, 1m30s, 500ms) or plain seconds (90,
+0.5).
 
 The command gets these environment variables:
   BATON_NAME     the lock's name
@@ -107,8 +120,17 @@ If the lease is lost while the command runs (it could not be renewed in
 time, or an administrator released it), baton sends the command SIGTERM,
 then SIGKILL after --grace, and exits with code 4. Keep --grace short next
 to --ttl, or make the command check the fencing token: another holder may
-get the lock once the lease ended. Only the command itself is signalled,
-not processes it started.
+get the lock once the lease ended.
+
+The command never outlives baton. Unless baton runs in a terminal's
+foreground, the command runs in a process group of its own, under a small
+guard process (baton itself): baton's signals reach the whole group, and
+if baton dies, even of SIGKILL, the guard kills the whole group at once,
+long before anyone else can be granted the lock. In a terminal's
+foreground the command stays in baton's process group, so that it reads
+the terminal and gets ^C and ^Z: there, if baton is killed, Linux kills
+the command (not the processes it started); other systems do not. On
+Windows the command is not stopped if baton is killed.
 
 On SIGINT, SIGTERM, SIGHUP or SIGQUIT, baton passes the signal on to the
 command (a terminal's ^C reaches both directly), waits for it to exit
@@ -138,6 +160,7 @@ Flags:
                  expires, left_ms and queued (times in RFC 3339, UTC)
   --all          also list waiters queued for a lock and holds that expired
                  but were not purged
+  --timeout D    give up after D (default 10s)
   --store URL    the store (see below)
 
 Columns: NAME, MODE (exclusive, shared, or shared/N for a semaphore of N),
@@ -163,6 +186,7 @@ Exits 0 if the hold was released, 1 if that owner held nothing.
 
 Flags:
   --owner ID     the owner whose hold to release (required)
+  --timeout D    give up after D (default 10s)
   --store URL    the store (see below)
 
 Example:
@@ -180,6 +204,7 @@ Delete the holds and queue entries that expired without being released
 this only saves space; fencing tokens keep increasing.
 
 Flags:
+  --timeout D    give up after D (default 10s)
   --store URL    the store (see below)
 
 Example:

@@ -74,6 +74,9 @@ func lookup(name string) *command {
 }
 
 func main() {
+	if isGuard() {
+		os.Exit(guardMain())
+	}
 	os.Exit(runMain(os.Args[1:]))
 }
 
@@ -191,7 +194,7 @@ func parseOrHelp(c string, fs *flag.FlagSet, args []string) (pos, rest []string,
 		fmt.Fprint(stdout, lookup(c).help)
 		return nil, nil, false, exitOK, true
 	case err != nil:
-		return nil, nil, false, usageErr(c, "%v", err), true
+		return nil, nil, false, usageErr(c, "%v", flagErr(err)), true
 	}
 	return pos, rest, dash, 0, false
 }
@@ -287,10 +290,10 @@ func openFailed(err error, raw, from string) int {
 		if u, perr := url.Parse(raw); perr == nil {
 			scheme = u.Scheme
 		}
-		return fail(exitError, "unknown store %q in %s %q: this baton knows %s (mem:// is private to one process)", scheme, from, redact(raw), strings.Join(baton.Schemes(), ", "))
+		return usageErr("", "unknown store %q in %s %q: this baton knows %s (mem:// is private to one process)%s", scheme, from, redact(raw), strings.Join(baton.Schemes(), ", "), buildHint(scheme))
 	}
 	if errors.Is(err, baton.ErrInvalid) {
-		return fail(exitError, "%s (from %s)", errText(err), from)
+		return usageErr("", "%s (from %s)", errText(err), from)
 	}
 	return failErr(err)
 }
@@ -338,4 +341,16 @@ func cmdHelp(args []string) int {
 		return exitOK
 	}
 	return usageErr("help", "too many arguments")
+}
+
+// verbose is set by run --verbose: baton then says what it waits for and
+// what happens to the lease, and passes on its drivers' log lines.
+var verbose bool
+
+// driverLog passes a log line of a store's driver on to stderr with
+// --verbose, and drops it otherwise.
+func driverLog(store, line string) {
+	if verbose {
+		fmt.Fprintf(stderr, "baton: %s driver: %s\n", store, oneLine(line))
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	batonBin = filepath.Join(dir, "baton")
-	build := exec.Command("go", "build", "-o", batonBin, ".")
+	build := exec.Command("go", "build", "-tags", "all", "-o", batonBin, ".") // every store
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
@@ -65,6 +66,12 @@ func helper(mode string, args []string) int {
 			}
 		}
 		return 0
+	case "tree": // tree DIR: see treeHelper
+		return treeHelper(args[0])
+	case "sleeper": // sleeper DIR: see sleeperHelper
+		return sleeperHelper(args[0])
+	case "probe": // probe DIR: see probeHelper
+		return probeHelper(args[0])
 	case "wait": // wait DIR [ignore]: see waitHelper
 		return waitHelper(args[0], len(args) > 1 && args[1] == "ignore")
 	case "counter": // counter DIR: see counterHelper
@@ -247,9 +254,31 @@ func (e *env) command(args ...string) *exec.Cmd {
 // bg is a baton process running in the background.
 type bg struct {
 	cmd      *exec.Cmd
-	out, err bytes.Buffer
+	out, err syncBuffer
 	done     chan struct{}
 }
+
+// syncBuffer is a bytes.Buffer that a test may read while a process
+// writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// stderrText is what the background baton wrote to stderr so far.
+func (b *bg) stderrText() string { return b.err.String() }
 
 func (e *env) start(t *testing.T, args ...string) *bg {
 	t.Helper()

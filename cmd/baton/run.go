@@ -39,17 +39,25 @@ type runFlags struct {
 	owner   string
 	grace   time.Duration
 	store   string
+	// conflictCode is the exit code when the lock is not acquired
+	// (flock's -E).
+	conflictCode int
+	verbose      bool
 }
 
 func runFlagSet(f *runFlags) *flag.FlagSet {
 	fs := newFlagSet("run")
 	fs.BoolVar(&f.shared, "shared", false, "take a shared lock")
 	fs.IntVar(&f.limit, "n", 0, "take one of N slots of a semaphore")
-	fs.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease length")
+	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "lease length")
 	fs.BoolVar(&f.wait, "wait", true, "wait for the lock")
-	fs.DurationVar(&f.timeout, "timeout", 0, "longest wait for the lock (0: forever)")
+	durationVar(fs, &f.timeout, "timeout", 0, "longest wait for the lock (0: forever)")
 	fs.StringVar(&f.owner, "owner", "", "owner id")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL")
+	fs.IntVar(&f.conflictCode, "conflict-exit-code", exitNotAcquired, "exit code when the lock is not acquired")
+	fs.IntVar(&f.conflictCode, "E", exitNotAcquired, "short for --conflict-exit-code")
+	fs.BoolVar(&f.verbose, "verbose", false, "say what baton waits for, and what happens to the lease")
+	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 	fs.StringVar(&f.store, "store", "", "store URL")
 	return fs
 }
@@ -71,14 +79,18 @@ func cmdRun(args []string) int {
 		return usageErr("run", "missing -- before the command %q: baton run NAME [flags] -- CMD [ARGS...]", pos[1])
 	case len(pos) > 1:
 		return usageErr("run", "unexpected argument %q before -- (only the lock NAME goes there)", pos[1])
-	case pos[0] == "" || strings.TrimSpace(pos[0]) == "":
+	case pos[0] == "":
 		return usageErr("run", "the lock NAME is empty")
+	case strings.TrimSpace(pos[0]) == "":
+		return usageErr("run", "the lock NAME %q is blank (only spaces)", pos[0])
 	case !dash || len(rest) == 0:
 		return usageErr("run", "missing command: baton run NAME [flags] -- CMD [ARGS...]")
 	case rest[0] == "":
 		return usageErr("run", "the command is empty")
 	case set["n"] && f.limit <= 0:
 		return usageErr("run", "-n must be at least 1 (got %d)", f.limit)
+	case f.conflictCode < 0 || f.conflictCode > 255:
+		return usageErr("run", "--conflict-exit-code must be 0 to 255 (got %d)", f.conflictCode)
 	case f.ttl <= 0:
 		return usageErr("run", "--ttl must be positive (got %v)", f.ttl)
 	case f.ttl < baton.MinTTL:
@@ -91,6 +103,7 @@ func cmdRun(args []string) int {
 		return usageErr("run", "--owner is empty")
 	}
 	f.name, f.argv = pos[0], rest
+	verbose = f.verbose
 	return run(&f)
 }
 
@@ -142,12 +155,18 @@ func run(f *runFlags) int {
 // acquire opens the store and takes the lock. Without a lease, it has
 // reported why and returns the exit code.
 func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client, *baton.Lease, int) {
-	client, err := baton.Open(ctx, raw, &baton.Options{TTL: f.ttl})
-	if err != nil {
+	// Connecting is bounded by --timeout, or else by connectTimeout.
+	bound := connectTimeout
+	if f.wait && f.timeout > 0 {
+		bound = f.timeout
+	}
+	start := time.Now()
+	client, code := connect(ctx, raw, from, bound, &baton.Options{TTL: f.ttl, OnEvent: leaseEvents(f.name)})
+	if client == nil {
 		if context.Cause(ctx) == errInterrupted {
 			return nil, nil, 0
 		}
-		return nil, nil, openFailed(err, raw, from)
+		return nil, nil, code
 	}
 	lo := &baton.LockOptions{
 		Shared: f.shared,
@@ -159,22 +178,33 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 			"cmd": strings.ToValidUTF8(truncate(filepath.Base(f.argv[0]), 200), "?"),
 		},
 	}
-	var lease *baton.Lease
+	var (
+		lease *baton.Lease
+		err   error
+	)
 	if f.wait {
 		lctx := ctx
 		if f.timeout > 0 {
 			var c context.CancelFunc
-			lctx, c = context.WithTimeout(ctx, f.timeout)
+			lctx, c = context.WithTimeout(ctx, f.timeout-time.Since(start))
 			defer c()
 		}
+		wctx, stopSaying := context.WithCancel(lctx)
+		said := make(chan struct{})
+		go func() {
+			defer close(said)
+			sayWaiting(wctx, client, f.name)
+		}()
 		lease, err = client.Lock(lctx, f.name, lo)
+		stopSaying()
+		<-said
 		if err != nil && errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return client, nil, fail(exitNotAcquired, "timed out after %v waiting for lock %q, %s", f.timeout, f.name, describe(client, f.name))
+			return client, nil, fail(f.conflictCode, "timed out after %v waiting for lock %q, %s", f.timeout, f.name, describe(client, f.name))
 		}
 	} else {
 		lease, err = client.TryLock(ctx, f.name, lo)
 		if errors.Is(err, baton.ErrLocked) {
-			return client, nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--wait=false)", f.name, describe(client, f.name))
+			return client, nil, fail(f.conflictCode, "lock %q is %s; not waiting (--wait=false)", f.name, describe(client, f.name))
 		}
 	}
 	switch {
@@ -229,22 +259,12 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 		return fail(signalExit(s), "interrupted (%v) before running the command", s)
 	default:
 	}
-	cmd := exec.Command(f.argv[0], f.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = childEnv(os.Environ(), lease, raw)
-	if err := cmd.Start(); err != nil {
+	c, err := startChild(f.argv, childEnv(os.Environ(), lease, raw))
+	if err != nil {
 		release(lease)
-		code := exitCannotRun
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
-		}
-		return fail(code, "cannot run %s: %s", f.argv[0], startErrText(err))
+		return cannotRun(f.argv[0], err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
+	defer c.done()
 
 	var (
 		lost      bool
@@ -259,8 +279,8 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 	}
 	for killed := false; ; {
 		select {
-		case <-exited:
-			return finish(f, lease, cmd.ProcessState, lost)
+		case <-c.exited:
+			return finish(f, lease, c.cmd.ProcessState, lost)
 		case <-leaseDone:
 			leaseDone = nil
 			if err := lease.Err(); errors.Is(err, baton.ErrReleased) {
@@ -268,7 +288,7 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 			}
 			lost = true
 			fmt.Fprintf(stderr, "baton: lost the lease on lock %q (not renewed in time, or released by someone else); stopping the command (SIGTERM, SIGKILL after %v)\n", f.name, f.grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			c.signal(syscall.SIGTERM)
 			stopping()
 		case s := <-sigs:
 			signals++
@@ -276,13 +296,13 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 			// group, the command included: do not deliver it twice. A
 			// repeated one is passed on, in case it came from kill(1).
 			if signals > 1 || !fromTerminal(s) {
-				_ = cmd.Process.Signal(s)
+				c.signal(s)
 			}
 			stopping()
 		case <-killTimer:
 			if !killed {
 				killed = true
-				_ = cmd.Process.Kill()
+				c.kill()
 			}
 		}
 	}
@@ -363,6 +383,16 @@ func signalExit(s os.Signal) int {
 		return 128 + int(n)
 	}
 	return exitError
+}
+
+// cannotRun reports that argv0 could not be started and returns the exit
+// code for it.
+func cannotRun(argv0 string, err error) int {
+	code := exitCannotRun
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		code = exitNotFound
+	}
+	return fail(code, "cannot run %s: %s", argv0, startErrText(err))
 }
 
 func startErrText(err error) string {

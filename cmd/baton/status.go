@@ -13,15 +13,33 @@ import (
 	"github.com/baton-go/baton"
 )
 
-// openStore opens the store chosen by --store, $BATON_STORE or the default.
-// Without a client, it has reported why and returns the exit code.
-func openStore(ctx context.Context, flagValue string) (*baton.Client, int) {
+// openStore opens the store chosen by --store, $BATON_STORE or the default,
+// giving up after bound. Without a client, it has reported why and returns
+// the exit code.
+func openStore(ctx context.Context, flagValue string, bound time.Duration, opts *baton.Options) (*baton.Client, int) {
 	raw, from, err := storeURL(flagValue)
 	if err != nil {
 		return nil, fail(exitError, "%v", err)
 	}
-	c, err := baton.Open(ctx, raw, nil)
+	return connect(ctx, raw, from, bound, opts)
+}
+
+// connectTimeout bounds connecting to the store when no --timeout says
+// otherwise.
+const connectTimeout = 10 * time.Second
+
+// connect opens the store raw (named by from), giving up after bound.
+func connect(ctx context.Context, raw, from string, bound time.Duration, opts *baton.Options) (*baton.Client, int) {
+	cctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	c, err := baton.Open(cctx, raw, opts)
 	if err != nil {
+		if context.Cause(ctx) == errInterrupted {
+			return nil, exitError // the caller says so
+		}
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return nil, fail(exitError, "cannot reach the store %s (from %s) within %v: %s", redact(raw), from, bound, errText(err))
+		}
 		return nil, openFailed(err, raw, from)
 	}
 	return c, 0
@@ -32,6 +50,8 @@ func cmdStatus(args []string) int {
 	asJSON := fs.Bool("json", false, "JSON output")
 	all := fs.Bool("all", false, "include waiters and expired holds")
 	store := fs.String("store", "", "store URL")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", connectTimeout, "give up after this long")
 	pos, rest, _, code, done := parseOrHelp("status", fs, args)
 	if done {
 		return code
@@ -44,8 +64,12 @@ func cmdStatus(args []string) int {
 	if len(pos) == 1 {
 		f.Prefix = pos[0]
 	}
-	ctx := context.Background()
-	client, code := openStore(ctx, *store)
+	if timeout <= 0 {
+		return usageErr("status", "--timeout must be positive (got %v)", timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client, code := openStore(ctx, *store, timeout, nil)
 	if client == nil {
 		return code
 	}
@@ -187,6 +211,8 @@ func cmdRelease(args []string) int {
 	fs := newFlagSet("release")
 	owner := fs.String("owner", "", "owner id")
 	store := fs.String("store", "", "store URL")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", connectTimeout, "give up after this long")
 	pos, rest, _, code, done := parseOrHelp("release", fs, args)
 	if done {
 		return code
@@ -203,8 +229,12 @@ func cmdRelease(args []string) int {
 		return usageErr("release", "missing --owner ID (see the OWNER column of baton status)")
 	}
 	name := pos[0]
-	ctx := context.Background()
-	client, code := openStore(ctx, *store)
+	if timeout <= 0 {
+		return usageErr("release", "--timeout must be positive (got %v)", timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client, code := openStore(ctx, *store, timeout, nil)
 	if client == nil {
 		return code
 	}
@@ -223,6 +253,8 @@ func cmdRelease(args []string) int {
 func cmdPurge(args []string) int {
 	fs := newFlagSet("purge")
 	store := fs.String("store", "", "store URL")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", connectTimeout, "give up after this long")
 	pos, rest, _, code, done := parseOrHelp("purge", fs, args)
 	if done {
 		return code
@@ -230,8 +262,12 @@ func cmdPurge(args []string) int {
 	if pos = append(pos, rest...); len(pos) > 0 {
 		return usageErr("purge", "unexpected argument %q", pos[0])
 	}
-	ctx := context.Background()
-	client, code := openStore(ctx, *store)
+	if timeout <= 0 {
+		return usageErr("purge", "--timeout must be positive (got %v)", timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client, code := openStore(ctx, *store, timeout, nil)
 	if client == nil {
 		return code
 	}

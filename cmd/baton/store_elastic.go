@@ -1,0 +1,5 @@
+//go:build elastic || all
+
+package main
+
+import _ "github.com/baton-go/baton/elastic"

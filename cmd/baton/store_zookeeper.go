@@ -1,0 +1,5 @@
+//go:build zookeeper || all
+
+package main
+
+import _ "github.com/baton-go/baton/zookeeper"
