@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"slices"
@@ -56,6 +57,13 @@ type Options struct {
 	// OnEvent, if set, is called for lease events: quickly, and never
 	// concurrently for one lease.
 	OnEvent func(Event)
+	// Logger receives the library's own diagnostics: renewals that failed,
+	// leases lost or expired (nil: none). Stores' drivers log through
+	// their stores' options.
+	Logger *slog.Logger
+	// Observer, if set, sees every operation, store call and event, for
+	// metrics and traces.
+	Observer Observer
 }
 
 // LockOptions configure one acquisition. A nil *LockOptions takes an
@@ -88,6 +96,7 @@ type LockOptions struct {
 type EventKind string
 
 const (
+	EventWaiting     EventKind = "waiting" // a Lock was refused and waits (Token is zero)
 	EventAcquired    EventKind = "acquired"
 	EventRenewed     EventKind = "renewed"
 	EventRenewFailed EventKind = "renew-failed" // will retry until the deadline
@@ -96,13 +105,19 @@ const (
 	EventReleased    EventKind = "released"
 )
 
-// Event reports a change to a lease.
+// Event reports a change to a lease, or a request that waits.
 type Event struct {
 	Kind  EventKind
 	Name  string
 	Owner string
 	Token uint64
 	Err   error
+	// Left, for EventRenewed, is the time the lease had left when the
+	// renewal was sent: a renewal that comes ever closer to the deadline
+	// is the warning before a lease is lost.
+	Left time.Duration
+	// Held, for the events that end a lease, is how long it was held.
+	Held time.Duration
 }
 
 // Client takes locks in one store. It is safe for concurrent use.
@@ -110,6 +125,7 @@ type Client struct {
 	store  driver.Store
 	waiter driver.Waiter // nil: the store cannot wake waiters
 	opts   Options
+	log    *slog.Logger
 
 	ctx  context.Context // cancelled by Close
 	stop context.CancelFunc
@@ -158,6 +174,7 @@ func New(store driver.Store, opts *Options) (*Client, error) {
 	c := &Client{
 		store:    store,
 		opts:     o,
+		log:      cmp.Or(o.Logger, discardLogger),
 		leases:   make(map[driver.Key]*Lease),
 		kaWake:   make(chan struct{}, 1),
 		sessions: make(map[driver.Session]*sessionWatch),
@@ -186,11 +203,15 @@ func (c *Client) TryLock(ctx context.Context, name string, o *LockOptions) (*Lea
 // cancelled when ctx ends or the lease may be lost, then releases the lock.
 // When the lease was lost while fn ran, the error wraps ErrLeaseLost (or
 // ErrExpired) besides fn's own error. Bound the whole with ctx's deadline.
-func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ctx context.Context, l *Lease) error) error {
+func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ctx context.Context, l *Lease) error) (err error) {
+	ctx, end := c.observe(ctx, opOf("do", name, o))
+	var token uint64
+	defer func() { end(OpResult{Err: err, Token: token}) }()
 	l, err := c.Lock(ctx, name, o)
 	if err != nil {
 		return err
 	}
+	token = l.Token()
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	ferr := fn(fctx, l)
@@ -240,7 +261,32 @@ func (c *Client) request(name string, o *LockOptions, queue bool) (*driver.Reque
 	return req, !o.NoKeepAlive, nil
 }
 
-func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait bool) (*Lease, error) {
+// opOf describes an acquisition of name with o, for the Observer.
+func opOf(kind, name string, o *LockOptions) Op {
+	op := Op{Kind: kind, Name: name, Mode: Exclusive}
+	if o != nil && (o.Shared || o.Limit > 0) {
+		op.Mode, op.Limit = Shared, o.Limit
+	}
+	return op
+}
+
+func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait bool) (l *Lease, err error) {
+	kind := "trylock"
+	if wait {
+		kind = "lock"
+	}
+	ctx, end := c.observe(ctx, opOf(kind, name, o))
+	var waitStart time.Time
+	defer func() {
+		r := OpResult{Err: err}
+		if l != nil {
+			r.Token = l.Token()
+		}
+		if !waitStart.IsZero() {
+			r.Waited = time.Since(waitStart)
+		}
+		end(r)
+	}()
 	req, keepAlive, err := c.request(name, o, wait)
 	if err != nil {
 		return nil, err
@@ -260,7 +306,9 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	retry := backoff{n: 3, max: c.opts.MaxPoll}
 	for {
 		sent := time.Now()
+		done := c.call(ctx, "acquire", name)
 		g, err := c.store.Acquire(ctx, req)
+		done(err)
 		if err == nil {
 			return c.newLease(req, g, sent, keepAlive), nil
 		}
@@ -279,6 +327,10 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			}
 			return nil, storeErr("lock", name, err)
 		}
+		if waitStart.IsZero() {
+			waitStart = time.Now()
+			c.emit(Event{Kind: EventWaiting, Name: name, Owner: req.Owner})
+		}
 		if !watched && c.waiter != nil {
 			// Refused once: start watching the store, then try again at once,
 			// which covers any change made before the watch began (unless the
@@ -286,7 +338,10 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			// thus costs one call and no watch. Without a watch the wait
 			// falls back to polling, which still works.
 			watched = true
-			if w, err := c.waiter.Watch(ctx, req); err == nil {
+			done := c.call(ctx, "watch", name)
+			w, err := c.waiter.Watch(ctx, req)
+			done(err)
+			if err == nil {
 				watch = w
 				if r, ok := w.(driver.Replayer); !ok || !r.Replay(sent) {
 					continue
@@ -306,7 +361,12 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			}
 			wctx, cancel := context.WithTimeout(ctx, t)
 			stop := context.AfterFunc(c.ctx, cancel) // Close ends the wait
-			_ = watch.Wait(wctx)
+			done := c.call(wctx, "wait", name)
+			werr := watch.Wait(wctx)
+			if ctx.Err() == nil && errors.Is(werr, context.DeadlineExceeded) {
+				werr = nil // woken by the timer, as asked
+			}
+			done(werr)
 			stop()
 			cancel()
 		} else {

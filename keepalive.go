@@ -89,10 +89,12 @@ func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 
 func (c *Client) renewBatch(batch []*Lease) {
 	holds := make([]driver.Hold, len(batch))
+	left := make([]time.Duration, len(batch)) // each lease's time left when the renewal is sent
 	first := time.Time{} // earliest deadline: no point waiting for the store past it
 	for i, l := range batch {
 		l.mu.Lock()
 		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl}
+		left[i] = time.Until(l.deadline)
 		if first.IsZero() || l.deadline.Before(first) {
 			first = l.deadline
 		}
@@ -100,8 +102,12 @@ func (c *Client) renewBatch(batch []*Lease) {
 	}
 	ctx, cancel := context.WithDeadline(c.ctx, first)
 	defer cancel()
+	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: holds[0].Name, Count: len(holds)})
 	sent := time.Now()
+	done := c.call(ctx, "renew", holds[0].Name)
 	gs, err := c.store.Renew(ctx, holds)
+	done(err)
+	end(OpResult{Err: err})
 	for i, l := range batch {
 		switch {
 		case err != nil:
@@ -114,7 +120,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 			l.end(ErrLeaseLost, false)
 		default:
 			l.renewed(gs[i], sent, holds[i].TTL)
-			c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token})
+			c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
 		}
 	}
 }

@@ -22,6 +22,7 @@ type Lease struct {
 	done      chan struct{}
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
+	granted   time.Time // local monotonic
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -29,6 +30,7 @@ type Lease struct {
 	deadline time.Time // local monotonic; zero: none (session-bound)
 	renewAt  time.Time // when keepalive renews next
 	retrying bool      // the last renewal failed
+	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	timer    *time.Timer
 	err      error
 }
@@ -58,7 +60,7 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 	}
 	l := &Lease{
 		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive,
-		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: req.TTL,
+		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: req.TTL, granted: sent, lastLeft: -1,
 		info: LockInfo{
 			Name: req.Name, Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: g.Token,
 			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.TTL,
@@ -117,6 +119,9 @@ func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 	if l.err != nil {
 		return
 	}
+	if !l.deadline.IsZero() {
+		l.lastLeft = l.deadline.Sub(sent)
+	}
 	l.ttl = ttl
 	l.info.TTL, l.info.Renewed, l.info.Expires = ttl, g.Renewed, g.Expires
 	if l.session == nil || !l.keepAlive {
@@ -149,7 +154,7 @@ func (l *Lease) end(err error, release bool) {
 	}
 	// The event and the context's cause come first, so that whoever wakes
 	// on Done finds them.
-	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
+	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err, Held: time.Since(l.granted)})
 	l.cancel(err)
 	close(l.done)
 
@@ -249,15 +254,20 @@ func (l *Lease) Err() error {
 // Renew extends the lease by its TTL now. Keepalive does this on its own
 // unless the lease was taken with NoKeepAlive. It returns ErrNotHeld if the
 // store no longer has the hold (the lease then ends with ErrLeaseLost).
-func (l *Lease) Renew(ctx context.Context) error {
+func (l *Lease) Renew(ctx context.Context) (err error) {
 	if err := l.Err(); err != nil {
 		return storeErr("renew", l.key.Name, ErrNotHeld)
 	}
+	c := l.c
+	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.key.Name, Mode: l.mode, Limit: l.limit})
+	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	l.mu.Lock()
-	ttl := l.ttl
+	ttl, left := l.ttl, time.Until(l.deadlineLocked())
 	l.mu.Unlock()
 	sent := time.Now()
-	gs, err := l.c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl}})
+	done := c.call(ctx, "renew", l.key.Name)
+	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl}})
+	done(err)
 	if err != nil {
 		return storeErr("renew", l.key.Name, err)
 	}
@@ -266,7 +276,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return storeErr("renew", l.key.Name, ErrNotHeld)
 	}
 	l.renewed(gs[0], sent, ttl)
-	l.c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token})
+	c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left})
 	return nil
 }
 
@@ -284,12 +294,16 @@ func (l *Lease) Release(ctx context.Context) error {
 // ReleaseStrict is Release that returns ErrNotHeld when nothing was held:
 // the lease had already ended, or the store no longer had the hold
 // (es-distributed-lock's MustRelease).
-func (l *Lease) ReleaseStrict(ctx context.Context) error {
+func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 	if err := l.Err(); err != nil {
 		l.end(err, false) // the deadline may have passed before the timer fired
 		return storeErr("release", l.key.Name, ErrNotHeld)
 	}
+	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.key.Name, Mode: l.mode, Limit: l.limit})
+	defer func() { end(OpResult{Err: err, Token: l.token}) }()
+	done := l.c.call(ctx, "release", l.key.Name)
 	held, err := l.c.store.Release(ctx, []driver.Key{l.key})
+	done(err)
 	l.end(ErrReleased, false)
 	switch {
 	case err != nil:
@@ -298,10 +312,4 @@ func (l *Lease) ReleaseStrict(ctx context.Context) error {
 		return storeErr("release", l.key.Name, ErrNotHeld)
 	}
 	return nil
-}
-
-func (c *Client) emit(e Event) {
-	if c.opts.OnEvent != nil {
-		c.opts.OnEvent(e)
-	}
 }

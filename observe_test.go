@@ -1,0 +1,153 @@
+package baton_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/drivertest"
+	"github.com/baton-go/baton/mem"
+)
+
+// events records a client's events.
+type events struct {
+	mu sync.Mutex
+	es []baton.Event
+}
+
+func (e *events) add(ev baton.Event) {
+	e.mu.Lock()
+	e.es = append(e.es, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) of(kind baton.EventKind) []baton.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []baton.Event
+	for _, ev := range e.es {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// A waiting Lock says so; renewals carry the time the lease had left;
+// the end of a lease carries how long it was held.
+func TestEventsSayWaitLeftHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ev events
+	o := &baton.Options{TTL: 300 * time.Millisecond, MaxPoll: 20 * time.Millisecond, OnEvent: ev.add}
+	a, err := baton.Open(ctx, "mem://events", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	l, err := a.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(250 * time.Millisecond)
+		l.Release(ctx)
+	}()
+	l2, err := a.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Release(ctx)
+	if w := ev.of(baton.EventWaiting); len(w) != 1 || w[0].Name != "x" || w[0].Owner != l2.Owner() {
+		t.Errorf("waiting events %+v, want one for the second Lock", w)
+	}
+	rs := ev.of(baton.EventRenewed)
+	if len(rs) == 0 {
+		t.Fatal("no renewal in 250ms of a 300ms lease")
+	}
+	for _, r := range rs {
+		if r.Left <= 0 || r.Left > 300*time.Millisecond {
+			t.Errorf("renewal with %v left, want within (0, TTL]", r.Left)
+		}
+	}
+	rel := ev.of(baton.EventReleased)
+	if len(rel) != 2 || rel[0].Held < 200*time.Millisecond {
+		t.Errorf("released events %+v, want two, the first held about 250ms", rel)
+	}
+}
+
+// Health turns unhealthy when renewals come with little time left: here a
+// store that stops answering renewals.
+func TestHealth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f := drivertest.NewFaulty(mem.Open("health"))
+	c, err := baton.New(f, &baton.Options{TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Health(1.0 / 3); err != nil {
+		t.Errorf("Health with no lease: %v", err)
+	}
+	l, err := c.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(450 * time.Millisecond) // renewed once, with two thirds left
+	if err := c.Health(1.0 / 3); err != nil {
+		t.Errorf("Health while renewing in time: %v", err)
+	}
+	f.SetDown(true) // renewals fail from now on
+	drivertest.Eventually(t, 2*time.Second, "Health to report the thin lease", func() bool {
+		err := c.Health(1.0 / 3)
+		return err != nil && strings.Contains(err.Error(), `"x"`)
+	})
+	<-l.Done()
+}
+
+// Options.Logger gets the library's own diagnostics.
+func TestLogger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil)
+	f := drivertest.NewFaulty(mem.Open("logger"))
+	c, err := baton.New(f, &baton.Options{TTL: 200 * time.Millisecond, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetDown(true)
+	<-l.Done()
+	if !errors.Is(l.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("lease ended with %v", l.Err())
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{"lease renewal failed", "lease lost", "lock=x"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
