@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/mem"
 )
 
 // The common case: one job at a time across every process that shares the
@@ -144,4 +146,87 @@ func ExampleClient_Status() {
 		fmt.Println(i.Name, i.Mode, i.Token, i.Host, i.Meta["job"])
 	}
 	// Output: jobs/a exclusive 1 web-1 export
+}
+
+// Purge deletes the holds of holders that died (they expired unreleased)
+// and lists them; fencing tokens keep growing.
+func ExampleClient_Purge() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://purge", nil)
+	defer client.Close()
+
+	// A hold that a crashed process left behind: granted, then neither
+	// renewed nor released (made here through the store's driver).
+	crashed := mem.Open("purge")
+	crashed.Acquire(ctx, &driver.Request{Name: "report", Owner: "worker-7", Mode: driver.Exclusive, TTL: 20 * time.Millisecond})
+	crashed.Close()
+	time.Sleep(30 * time.Millisecond)
+
+	purged, _ := client.Purge(ctx)
+	for _, h := range purged {
+		fmt.Println("purged", h.Name, "of", h.Owner)
+	}
+	next, _ := client.Lock(ctx, "report", nil)
+	fmt.Println("next token:", next.Token())
+	// Output:
+	// purged report of worker-7
+	// next token: 2
+}
+
+// RenewOwner renews every hold of an owner (mongo-lock's lock id) in one
+// call, for holders that renew by hand.
+func ExampleClient_RenewOwner() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	group := &baton.LockOptions{Owner: baton.NewOwner(), TTL: time.Minute, NoKeepAlive: true}
+	client.Lock(ctx, "orders/17", group)
+	client.Lock(ctx, "orders/18", group)
+	renewed, err := client.RenewOwner(ctx, group.Owner, 2*time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, h := range renewed {
+		fmt.Println("renewed", h.Name, "for", h.TTL)
+	}
+	// Output:
+	// renewed orders/17 for 2m0s
+	// renewed orders/18 for 2m0s
+}
+
+// An election by hand: Campaign waits to lead, Proclaim changes the value
+// the leader announces, Observe follows the leader, Resign steps down.
+func ExampleElection() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	e, _ := client.Election("primary", &baton.ElectionOptions{Value: "db-1:5432"})
+	follower, _ := client.Election("primary", nil)
+	leaders := follower.Observe(ctx, 10*time.Millisecond)
+
+	if _, err := e.Campaign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	for l := <-leaders; l == nil; l = <-leaders {
+		// nobody led yet when the observer first looked
+	}
+	if err := e.Proclaim(ctx, "db-2:5432"); err != nil {
+		log.Fatal(err)
+	}
+	for l := <-leaders; ; l = <-leaders {
+		if l != nil && l.Value == "db-2:5432" {
+			fmt.Println("the leader announces", l.Value)
+			break
+		}
+	}
+	e.Resign(ctx)
+	for l := <-leaders; l != nil; l = <-leaders {
+	}
+	fmt.Println("no leader after Resign")
+	// Output:
+	// the leader announces db-2:5432
+	// no leader after Resign
 }
