@@ -90,7 +90,7 @@ func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 func (c *Client) renewBatch(batch []*Lease) {
 	holds := make([]driver.Hold, len(batch))
 	left := make([]time.Duration, len(batch)) // each lease's time left when the renewal is sent
-	first := time.Time{} // earliest deadline: no point waiting for the store past it
+	first := time.Time{}                      // earliest deadline: no point waiting for the store past it
 	for i, l := range batch {
 		l.mu.Lock()
 		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl}

@@ -26,10 +26,10 @@ type Lease struct {
 
 	mu       sync.Mutex
 	ttl      time.Duration
-	info     LockInfo  // as last granted or renewed
-	deadline time.Time // local monotonic; zero: none (session-bound)
-	renewAt  time.Time // when keepalive renews next
-	retrying bool      // the last renewal failed
+	info     LockInfo      // as last granted or renewed
+	deadline time.Time     // local monotonic; zero: none (session-bound)
+	renewAt  time.Time     // when keepalive renews next
+	retrying bool          // the last renewal failed
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	timer    *time.Timer
 	err      error
