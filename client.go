@@ -386,7 +386,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 // not a refusal, not the caller's end, not a rule the store enforced.
 func retryable(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && !errors.Is(err, driver.ErrNotGranted) &&
-		!errors.Is(err, driver.ErrModeConflict) && !errors.Is(err, ErrInvalid)
+		!errors.Is(err, driver.ErrModeConflict) && !errors.Is(err, driver.ErrLimitConflict) && !errors.Is(err, ErrInvalid)
 }
 
 // sleep waits for d, and reports false if ctx ended or the client closed

@@ -29,6 +29,11 @@ var (
 	// ErrModeConflict is returned when an owner that holds a name asks for
 	// it again in another mode or with another limit.
 	ErrModeConflict = errors.New("baton: owner already holds this lock in another mode")
+	// ErrLimitConflict is returned for a shared lock or semaphore request
+	// whose limit is not the one the current shared holders took the
+	// lock with (LockOptions.Limit: 0 for a plain shared lock): granting
+	// it would exceed someone's limit.
+	ErrLimitConflict = errors.New("baton: lock is held with another limit")
 	// ErrNoLeader is returned by Election.Leader when nobody leads.
 	ErrNoLeader = errors.New("baton: no leader")
 	// ErrNotLeader is returned by Election.Proclaim when not leading.
@@ -123,10 +128,12 @@ func storeErr(op, name string, err error) error {
 	switch {
 	case errors.Is(err, driver.ErrModeConflict):
 		err = ErrModeConflict
+	case errors.Is(err, driver.ErrLimitConflict):
+		err = ErrLimitConflict
 	case errors.Is(err, driver.ErrNotGranted):
 		err = ErrLocked
 	}
-	for _, s := range [...]error{ErrLocked, ErrModeConflict, ErrNotHeld, ErrClosed, ErrLeaseLost} {
+	for _, s := range [...]error{ErrLocked, ErrModeConflict, ErrLimitConflict, ErrNotHeld, ErrClosed, ErrLeaseLost} {
 		if err == s {
 			return fmt.Errorf("%w: %s %q", err, op, name)
 		}

@@ -233,6 +233,12 @@ var ErrNotGranted = errors.New("not granted")
 // mode or with another limit.
 var ErrModeConflict = errors.New("owner already holds this name in another mode")
 
+// ErrLimitConflict reports that a shared request's limit is not the limit
+// the name's shared holders took it with (a semaphore of 3 joined by a
+// request for one of 2, or by a plain shared lock): granting it would
+// exceed someone's limit, so it is refused rather than queued.
+var ErrLimitConflict = errors.New("the holders of this name took it with another limit")
+
 // Busy is the error a store returns when a request is not granted. After,
 // when above zero, is how long until the earliest blocking hold expires by
 // the store's clock: a polling waiter need not retry sooner.

@@ -59,3 +59,43 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		}
 	}
 }
+
+// noQueue never queues a refused request: the FIFO rule broken.
+type noQueue struct{ *mem.Store }
+
+func (s noQueue) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	r := *req
+	r.Queue = false
+	return s.Store.Acquire(ctx, &r)
+}
+
+// TestModelOnMem checks mem, whose rules are lockstate's, against the
+// model: the check itself must pass a correct store.
+func TestModelOnMem(t *testing.T) {
+	Model(t, ModelConfig{Open: func(testing.TB) driver.Store { return mem.Open("model") }})
+}
+
+// TestModelCatchesBrokenRules runs the model check in a child process on
+// stores that break a rule, and wants it to fail.
+func TestModelCatchesBrokenRules(t *testing.T) {
+	if kind := os.Getenv("DRIVERTEST_BROKEN_MODEL"); kind != "" {
+		Model(t, ModelConfig{Open: func(testing.TB) driver.Store {
+			st := mem.Open("broken-model")
+			if kind == "steal" {
+				return stealing{st}
+			}
+			return noQueue{st}
+		}})
+		return
+	}
+	for kind, want := range map[string]string{"steal": "the model says refused", "noqueue": "queued"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestModelCatchesBrokenRules$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DRIVERTEST_BROKEN_MODEL="+kind)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("the model check passed a store that breaks the rules (%s):\n%s", kind, out)
+		} else if !strings.Contains(string(out), want) {
+			t.Errorf("the model check failed the %s store, but not with %q:\n%s", kind, want, out)
+		}
+	}
+}

@@ -77,6 +77,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Shared", s.shared},
 		{"WriterNotStarved", s.writerNotStarved},
 		{"Semaphore", s.semaphore},
+		{"LimitConflict", s.limitConflict},
 		{"ReacquireExtends", s.reacquireExtends},
 		{"ModeConflict", s.modeConflict},
 		{"KeepAlive", s.keepAlive},
@@ -404,6 +405,38 @@ func (s *suite) semaphore(t *testing.T) {
 	if _, err := cs[0].TryLock(ctx, n, &baton.LockOptions{Limit: -1}); !errors.Is(err, baton.ErrInvalid) {
 		t.Errorf("Limit -1: %v, want ErrInvalid", err)
 	}
+}
+
+// limitConflict: a request whose limit contradicts the shared holders'
+// (a plain shared lock or another limit joining a semaphore) is refused
+// with ErrLimitConflict at once, by TryLock and by Lock, and leaves
+// nothing queued; an exclusive request is refused as usual.
+func (s *suite) limitConflict(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	sem := &baton.LockOptions{Limit: 2}
+	l := mustTry(t, ctx, a, n, sem)
+	for _, o := range []*baton.LockOptions{{Shared: true}, {Limit: 1}, {Limit: 3}} {
+		if _, err := b.TryLock(ctx, n, o); !errors.Is(err, baton.ErrLimitConflict) {
+			t.Errorf("TryLock %+v on a semaphore of 2: %v, want ErrLimitConflict", *o, err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, s.d(5*time.Second))
+		_, err := b.Lock(lctx, n, o)
+		cancel()
+		if !errors.Is(err, baton.ErrLimitConflict) {
+			t.Errorf("Lock %+v on a semaphore of 2: %v, want ErrLimitConflict at once", *o, err)
+		}
+	}
+	if hs, err := a.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 1 {
+		t.Errorf("Status after refused conflicts = %+v, %v; want the one holder", hs, err)
+	}
+	mustBeLocked(t, ctx, b, n, nil)
+	l2 := mustTry(t, ctx, b, n, sem) // the same limit joins
+	release(t, ctx, l)
+	release(t, ctx, l2)
+	// Free again: any limit goes.
+	release(t, ctx, mustTry(t, ctx, b, n, &baton.LockOptions{Limit: 3}))
 }
 
 func (s *suite) reacquireExtends(t *testing.T) {

@@ -734,3 +734,14 @@ func BenchmarkServerFloor(b *testing.B) {
 		}
 	})
 }
+
+// TestModel checks the store's rules (judge over the keys in queue order)
+// against lockstate's: a queued key is granted by the others' going.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{
+			Open:     func(t testing.TB) driver.Store { return open(t, nil) },
+			HandsOff: true, FixedModes: true,
+		})
+	})
+}

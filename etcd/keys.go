@@ -114,7 +114,11 @@ type blocker struct {
 }
 
 // judge applies the grant rules to the i-th key of a name (keys in create
-// revision order): it is granted, or blocked by b.
+// revision order): it is granted, or blocked by b. A shared key is granted
+// when every key ahead of it is shared with its limit, and, for a limit L,
+// fewer than L are: the holders are always the first keys, and a key once
+// granted stays granted until it goes (package lockstate's rules, by
+// position).
 func judge(es []entry, i int) (granted bool, b blocker) {
 	me := &es[i]
 	if me.exclusive() {
@@ -124,7 +128,7 @@ func judge(es []entry, i int) (granted bool, b blocker) {
 		return false, blocker{key: es[i-1].key}
 	}
 	for j := i - 1; j >= 0; j-- {
-		if es[j].exclusive() {
+		if es[j].exclusive() || es[j].v.Limit != me.v.Limit {
 			return false, blocker{key: es[j].key}
 		}
 	}

@@ -132,6 +132,14 @@ func (s *Store) acquire(ctx context.Context, req *driver.Request, sess *session)
 		return nil, driver.ErrModeConflict
 	}
 	granted, _ := judge(es, i)
+	if !granted && req.Mode == driver.Shared && heldWithOtherLimit(es, i, req.Limit) {
+		if created {
+			if err := s.withdraw(ctx, key, e.rev); err != nil {
+				return nil, err
+			}
+		}
+		return nil, driver.ErrLimitConflict
+	}
 	if granted {
 		s.mu.Lock()
 		delete(s.pending, key)
@@ -155,12 +163,8 @@ func (s *Store) acquire(ctx context.Context, req *driver.Request, sess *session)
 	if !req.Queue {
 		if created {
 			// Not granted and not to wait: take the key back at once.
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultDialTimeout)
-			_, err := s.cli.Txn(dctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.rev)).
-				Then(clientv3.OpDelete(key)).Commit()
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("etcd: withdrawing a request that was not granted: %w", err)
+			if err := s.withdraw(ctx, key, e.rev); err != nil {
+				return nil, err
 			}
 		}
 		return nil, &driver.Busy{}
@@ -176,6 +180,27 @@ func (s *Store) acquire(ctx context.Context, req *driver.Request, sess *session)
 	s.pending[key] = &pendingKey{rev: e.rev, snap: es, snapRev: rev, sess: sess}
 	s.mu.Unlock()
 	return nil, &driver.Busy{}
+}
+
+// withdraw deletes the key this request created at rev, which was not
+// granted and must not wait.
+func (s *Store) withdraw(ctx context.Context, key string, rev int64) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultDialTimeout)
+	defer cancel()
+	_, err := s.cli.Txn(dctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: withdrawing a request that was not granted: %w", err)
+	}
+	return nil
+}
+
+// heldWithOtherLimit reports whether the name's holders (its first keys)
+// are shared with a limit other than limit, judging the keys other than
+// the i-th.
+func heldWithOtherLimit(es []entry, i, limit int) bool {
+	rest := append(slices.Clone(es[:i]), es[i+1:]...)
+	return len(rest) > 0 && !rest[0].exclusive() && rest[0].v.Limit != limit
 }
 
 // rewrite updates an existing key's value (meta, host, TTL) and binds it to

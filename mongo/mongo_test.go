@@ -109,3 +109,15 @@ func TestConformanceSlowInserts(t *testing.T) {
 		conformance(t)
 	})
 }
+
+// TestModel checks the store's rules against lockstate's.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{
+			Open: func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },
+			// A queued request asking in another mode is dropped and asks
+			// anew: each owner keeps its mode.
+			FixedModes: true, Steps: 300,
+		})
+	})
+}

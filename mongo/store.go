@@ -219,12 +219,28 @@ func grantable(req *driver.Request, live []entry, ticket int64) bool {
 			continue // queued behind
 		}
 		n++
-		excl = excl || driver.Mode(e.Mode) == driver.Exclusive
+		// A request queued ahead for another limit keeps a shared one
+		// out, as an exclusive one does.
+		excl = excl || driver.Mode(e.Mode) == driver.Exclusive || !e.Granted && int(e.Limit) != req.Limit
 	}
 	if req.Mode == driver.Exclusive {
 		return n == 0
 	}
 	return !excl && (req.Limit == 0 || n < req.Limit)
+}
+
+// limitConflict reports whether req is shared and the name is held shared
+// with another limit.
+func limitConflict(req *driver.Request, live []entry) bool {
+	if req.Mode != driver.Shared {
+		return false
+	}
+	for _, e := range live {
+		if e.Granted && e.Owner != req.Owner && driver.Mode(e.Mode) == driver.Shared && int(e.Limit) != req.Limit {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) retryAfter(st *state, req *driver.Request, recv time.Time) time.Duration {
@@ -307,7 +323,21 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 		// A queue entry of an earlier request in another mode: drop it.
 		return nil, true, s.tombstone(ctx, []entry{*mine}, false)
 	}
+	if limitConflict(req, st.live) {
+		return nil, false, driver.ErrLimitConflict
+	}
 	if mine != nil {
+		if grantable(req, st.live, mine.Ticket) && mine.Ticket < st.max {
+			// Later tickets exist, and some may have been granted (a
+			// shared request can be granted past a queued one): the
+			// grant takes a fresh ticket, so that tokens grow in the
+			// order of grants, and the queue entry goes.
+			g, again, err := s.insert(ctx, req, st, sent, recv, true)
+			if err == nil && g != nil {
+				err = s.tombstone(ctx, []entry{*mine}, false)
+			}
+			return g, again, err
+		}
 		if grantable(req, st.live, mine.Ticket) {
 			ok, err := s.rewrite(ctx, key, mine, bson.D{
 				{Key: "g", Value: true}, {Key: "ttl", Value: int64(req.TTL)}, {Key: "h", Value: req.Host},
@@ -333,6 +363,13 @@ func (s *Store) decide(ctx context.Context, req *driver.Request, st *state, sent
 	if !ok && !req.Queue {
 		return nil, false, &driver.Busy{After: s.retryAfter(st, req, recv)}
 	}
+	return s.insert(ctx, req, st, sent, recv, ok)
+}
+
+// insert inserts req's entry with the next ticket, granted if ok, else
+// queued; again asks for a fresh read.
+func (s *Store) insert(ctx context.Context, req *driver.Request, st *state, sent, recv time.Time, ok bool) (g *driver.Grant, again bool, err error) {
+	key := driver.Key{Name: req.Name, Owner: req.Owner}
 	ttl := req.TTL
 	if !ok {
 		ttl = req.QueueTTL

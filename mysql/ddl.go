@@ -182,7 +182,8 @@ MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
 -- acquire applies the grant rules of package lockstate to one request and
 -- returns one row: status (0 granted, 1 extended, 2 not granted, 3 the
--- owner holds the name in another mode or with another limit), token,
+-- owner holds the name in another mode or with another limit, 4 a shared
+-- request whose limit is not the shared holders'), token,
 -- created, renewed, expires (microseconds), after (nanoseconds until the
 -- first holder expires, when not granted) and, when not granted, the
 -- blocker: the owner, queued flag and token (or ticket) of the entry whose
@@ -195,7 +196,7 @@ COMMENT '{VERSION}'
 proc: BEGIN
 	DECLARE v_now, v_created, v_expires, v_mexp, v_first DATETIME(6) DEFAULT NULL;
 	DECLARE v_status, v_mode, v_bqueued TINYINT DEFAULT 0;
-	DECLARE v_me, v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_ok, v_locked INT DEFAULT 0;
+	DECLARE v_me, v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_ok, v_locked, v_conflict INT DEFAULT 0;
 	DECLARE v_seq, v_tick, v_token, v_mtoken, v_btoken BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE v_after, v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_bowner VARBINARY(128) DEFAULT NULL;
@@ -242,22 +243,25 @@ proc: BEGIN
 	-- queue entry), and the candidates for the blocker, as a 20-digit token
 	-- followed by the owner so that MIN and MAX pick by token. An entry is
 	-- ahead of the request if it is queued with a smaller ticket, or
-	-- queued at all when the request is not.
+	-- queued at all when the request is not. For a shared request, a
+	-- queued request for another limit counts as exclusive: it keeps the
+	-- request out, as lockstate's rules say.
 	SELECT COALESCE(SUM(h.expires <= v_now), 0),
 	       COALESCE(MAX(me.queued), -1), MAX(me.mode), MAX(me.lim), MAX(me.token), MAX(me.expires), MAX(me.created),
 	       COALESCE(SUM(h.expires > v_now AND h.queued = 0), 0),
 	       COALESCE(MAX(h.expires > v_now AND h.queued = 0 AND h.mode = 1), 0),
 	       COALESCE(SUM(h.expires > v_now AND h.queued = 1 AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token)), 0),
-	       COALESCE(MAX(h.expires > v_now AND h.queued = 1 AND h.mode = 1 AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token)), 0),
+	       COALESCE(MAX(h.expires > v_now AND h.queued = 1 AND (h.mode = 1 OR h.lim <> p_lim) AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token)), 0),
 	       MIN(IF(h.expires > v_now AND h.queued = 0, h.expires, NULL)),
 	       MAX(IF(h.expires > v_now AND h.queued = 1 AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token),
 	              CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
-	       MAX(IF(h.expires > v_now AND h.queued = 1 AND h.mode = 1 AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token),
+	       MAX(IF(h.expires > v_now AND h.queued = 1 AND (h.mode = 1 OR h.lim <> p_lim) AND (me.queued IS NULL OR me.queued = 0 OR h.token < me.token),
 	              CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
 	       MAX(IF(h.expires > v_now AND h.queued = 0 AND h.mode = 1, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
-	       MIN(IF(h.expires > v_now AND h.queued = 0, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL))
+	       MIN(IF(h.expires > v_now AND h.queued = 0, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
+	       COALESCE(MAX(h.expires > v_now AND h.queued = 0 AND h.mode = 2 AND h.lim <> p_lim), 0)
 	  INTO v_gone, v_me, v_mode, v_lim, v_mtoken, v_mexp, v_created,
-	       v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_pred, v_pred_excl, v_hold_excl, v_hold_old
+	       v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_conflict
 	  FROM {HOLDS} h
 	  LEFT JOIN {HOLDS} me ON me.name = h.name AND me.owner = p_owner AND me.expires > v_now
 	 WHERE h.name = p_name;
@@ -274,6 +278,8 @@ proc: BEGIN
 			 WHERE name = p_name AND owner = p_owner;
 			SET v_status = 1, v_token = v_mtoken;
 		END IF;
+	ELSEIF p_mode = 2 AND v_conflict = 1 THEN
+		SET v_status = 4, v_created = NULL;
 	ELSE
 		SET v_created = NULL;
 		IF p_mode = 1 THEN
@@ -303,7 +309,8 @@ proc: BEGIN
 			END IF;
 			-- The blocker: the nearest entry ahead whose departure may let
 			-- the request in. Exclusive: the queue entry just ahead, or else
-			-- the oldest holder. Shared: the nearest exclusive entry ahead,
+			-- the oldest holder. Shared: the nearest entry ahead that is
+			-- exclusive or for another limit,
 			-- or else the exclusive holder, or else (a full semaphore) the
 			-- oldest holder, or else the queue entry just ahead.
 			IF p_mode = 1 AND v_ahead > 0 THEN

@@ -784,3 +784,10 @@ func TestInTx(t *testing.T) {
 		l4.Release(ctx)
 	})
 }
+
+// TestModel checks the store's stored procedures against lockstate's rules.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, freshTable(t)) }})
+	})
+}

@@ -11,7 +11,7 @@ import (
 // schemaVersion is stored as the comment of the counters table. Open
 // compares it to decide whether the functions must be (re)created; bump it
 // whenever ddlTemplate changes.
-const schemaVersion = "baton postgres store, schema 1"
+const schemaVersion = "baton postgres store, schema 2"
 
 var (
 	tableRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
@@ -166,6 +166,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
 	v_holders integer; -- counted once a queue entry is found
 	v_excl    boolean;
+	v_lim     integer; -- the shared holders' limit, or the queue's so far
 	v_ahead   integer := 0;
 	v_payload text := p_name;
 	v_n       integer := 0;
@@ -174,7 +175,8 @@ BEGIN
 	FOR q IN SELECT e.owner, e.mode, e.lim FROM {HOLDS} e
 	          WHERE e.name = p_name AND e.queued ORDER BY e.token LOOP
 		IF v_holders IS NULL THEN
-			SELECT count(*), coalesce(bool_or(e.mode = 1), false) INTO v_holders, v_excl
+			SELECT count(*), coalesce(bool_or(e.mode = 1), false), min(e.lim) FILTER (WHERE e.mode = 2)
+			  INTO v_holders, v_excl, v_lim
 			  FROM {HOLDS} e WHERE e.name = p_name AND NOT e.queued;
 		END IF;
 		IF q.mode = 1 THEN
@@ -185,13 +187,16 @@ BEGIN
 			EXIT; -- nobody behind an exclusive request can be granted
 		END IF;
 		EXIT WHEN v_excl;
-		IF q.lim = 0 OR v_holders + v_ahead < q.lim THEN
-			v_payload := v_payload || E'\n' || q.owner;
-			v_n := v_n + 1;
-			IF octet_length(v_payload) > 7000 THEN -- NOTIFY payloads stop at 8000 bytes
-				v_payload := p_name;
-				EXIT;
-			END IF;
+		-- A request for another limit than the holders' or the queue's
+		-- ahead is not granted, and keeps those behind it out.
+		EXIT WHEN v_lim IS NOT NULL AND q.lim <> v_lim;
+		v_lim := q.lim;
+		EXIT WHEN q.lim > 0 AND v_holders + v_ahead >= q.lim;
+		v_payload := v_payload || E'\n' || q.owner;
+		v_n := v_n + 1;
+		IF octet_length(v_payload) > 7000 THEN -- NOTIFY payloads stop at 8000 bytes
+			v_payload := p_name;
+			EXIT;
 		END IF;
 		v_ahead := v_ahead + 1;
 	END LOOP;
@@ -203,7 +208,8 @@ END $$;
 -- acquire applies the grant rules of package lockstate to one request.
 -- o_status: 0 granted, 1 extended (the owner held it already), 2 not
 -- granted (o_after: nanoseconds until the first holder expires, 0 if none),
--- 3 the owner holds the name in another mode or with another limit.
+-- 3 the owner holds the name in another mode or with another limit, 4 a
+-- shared request whose limit is not the shared holders'.
 -- TTLs arrive in nanoseconds; expiries round them up to microseconds,
 -- PostgreSQL's resolution, so that an expiry is never earlier than the
 -- time read + TTL.
@@ -228,6 +234,7 @@ DECLARE
 	v_excl_ahead boolean;
 	v_first      timestamptz;
 	v_ok         boolean;
+	v_conflict   boolean;
 BEGIN
 	PERFORM 1 FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	IF NOT FOUND THEN
@@ -241,9 +248,9 @@ BEGIN
 	-- need to know about the other live entries (expired ones are dropped
 	-- just below, which changes none of this).
 	SELECT o.queued, o.mode, o.lim, o.token, o.expires,
-	       a.n_expired, a.n_holders, a.x_holders, a.n_ahead, a.x_ahead, a.first_expiry
+	       a.n_expired, a.n_holders, a.x_holders, a.n_ahead, a.x_ahead, a.first_expiry, a.lim_conflict
 	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires,
-	       v_gone, v_holders, v_excl, v_ahead, v_excl_ahead, v_first
+	       v_gone, v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_conflict
 	  FROM (SELECT) AS one
 	  LEFT JOIN {HOLDS} o ON o.name = p_name AND o.owner = p_owner AND o.expires > v_now
 	 CROSS JOIN LATERAL (
@@ -254,9 +261,12 @@ BEGIN
 		       -- queued, else those with a smaller ticket
 		       count(*) FILTER (WHERE e.expires > v_now AND e.queued
 		                          AND (o.token IS NULL OR e.token < o.token)) AS n_ahead,
-		       coalesce(bool_or(e.mode = 1) FILTER (WHERE e.expires > v_now AND e.queued
+		       -- an exclusive request, or one for another limit, queued ahead
+		       coalesce(bool_or(e.mode = 1 OR e.lim <> p_limit) FILTER (WHERE e.expires > v_now AND e.queued
 		                          AND (o.token IS NULL OR e.token < o.token)), false) AS x_ahead,
-		       min(e.expires) FILTER (WHERE e.expires > v_now AND NOT e.queued) AS first_expiry
+		       min(e.expires) FILTER (WHERE e.expires > v_now AND NOT e.queued) AS first_expiry,
+		       -- a shared holder that took the name with another limit
+		       coalesce(bool_or(e.mode = 2 AND e.lim <> p_limit) FILTER (WHERE e.expires > v_now AND NOT e.queued), false) AS lim_conflict
 		  FROM {HOLDS} e WHERE e.name = p_name) AS a;
 	v_found := v_queued IS NOT NULL;
 	IF v_gone > 0 THEN
@@ -279,6 +289,14 @@ BEGIN
 				PERFORM set_config('synchronous_commit', 'on', true);
 			END IF;
 		END IF;
+		IF v_gone > 0 THEN
+			PERFORM {WAKE}(p_name);
+		END IF;
+		RETURN;
+	END IF;
+	IF p_mode = 2 AND v_conflict THEN
+		o_status := 4;
+		PERFORM set_config('synchronous_commit', 'off', true);
 		IF v_gone > 0 THEN
 			PERFORM {WAKE}(p_name);
 		END IF;

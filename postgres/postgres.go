@@ -488,6 +488,8 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, &driver.Busy{After: time.Duration(after)}
 	case 3:
 		return nil, driver.ErrModeConflict
+	case 4:
+		return nil, driver.ErrLimitConflict
 	}
 	return nil, fmt.Errorf("postgres: acquire: unexpected status %d", status)
 }

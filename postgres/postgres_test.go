@@ -820,3 +820,10 @@ func TestRestart(t *testing.T) {
 		})
 	})
 }
+
+// TestModel checks the store's PL/pgSQL rules against lockstate's.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, freshTable(t)) }})
+	})
+}

@@ -458,6 +458,8 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, &driver.Busy{After: time.Duration(v[1]) * time.Microsecond}
 	case len(v) == 1 && v[0] == -1:
 		return nil, driver.ErrModeConflict
+	case len(v) == 1 && v[0] == -2:
+		return nil, driver.ErrLimitConflict
 	}
 	return nil, fmt.Errorf("redis: acquire: unexpected reply %v", v)
 }

@@ -19,6 +19,7 @@ import "github.com/redis/go-redis/v9"
 //
 //	n          the name (listings report it; a second name with the same tag is refused)
 //	S          the summary: nh nq xq xh t m hm M            ('>IIIIdddd')
+//	L          the limit the shared holders took the name with (a number)
 //	o:<owner>  the owner's entry: k mode limit token ttl httl created renewed expires, then info ('>BBIdddddd')
 //
 // In the summary nh and nq count holders and queue entries, xq the
@@ -111,10 +112,11 @@ local function open(rkey, now, name, owner, gone)
   X.W, X.D, X.DIRTY, X.FREED, X.GREW, X.NEWQ = {}, {}, false, false, false, false
   local v
   if owner then
-    v = redis.call('HMGET', rkey, 'n', 'S', 'o:' .. owner)
+    v = redis.call('HMGET', rkey, 'n', 'S', 'L', 'o:' .. owner)
   else
-    v = redis.call('HMGET', rkey, 'n', 'S')
+    v = redis.call('HMGET', rkey, 'n', 'S', 'L')
   end
+  X.L, X.WL = tonumber(v[3]), false
   if name and v[1] and v[1] ~= name then
     X.ERR = 'baton: names ' .. v[1] .. ' and ' .. name .. ' hash to the same key'
     return
@@ -126,7 +128,7 @@ local function open(rkey, now, name, owner, gone)
     X.NH, X.NQ, X.XQ, X.XH, X.T, X.MIN, X.HMIN, X.MAX = 0, 0, 0, 0, 0, 0, 0, 0
   end
   if X.MIN ~= 0 and now >= X.MIN then sweep(gone) end
-  local raw = owner and v[3]
+  local raw = owner and v[4]
   if raw then
     local k, mode, limit, tok, ttl, httl, cr, rn, ex, pos = struct.unpack(EF, raw)
     if ex > now then return k, mode, limit, tok, ttl, httl, cr, rn, ex, raw, pos end
@@ -171,7 +173,11 @@ end
 local function grant(owner, mode, limit, ttl, extra, info)
   local tok = redis.call('INCR', X.B .. 'c')
   X.NH = X.NH + 1
-  if mode == 1 then X.XH = 1 end
+  if mode == 1 then
+    X.XH = 1
+  elseif X.L ~= limit then
+    X.L, X.WL = limit, true
+  end
   local ex = X.NOW + ttl + extra
   put(owner, 1, mode, limit, tok, ttl, 0, X.NOW, X.NOW, ex, info)
   return tok, ex
@@ -192,9 +198,9 @@ local function hand(o, raw)
 end
 
 -- promote grants the queued requests that may now be granted: the head if
--- it is exclusive and nothing holds, else the run of shared requests up to
--- the first exclusive one, each judged with its own limit (among the first
--- 64: those further back find out by asking).
+-- it is exclusive and nothing holds, else the run of shared requests of
+-- one limit (the holders') up to the first that its limit keeps out
+-- (among the first 64: those further back find out by asking).
 local function promote()
   if X.NQ == 0 or X.XH == 1 then return end
   if X.NQ == X.XQ then
@@ -212,25 +218,25 @@ local function promote()
   local fs = {}
   for j = 1, #owners do fs[j] = 'o:' .. owners[j] end
   local recs = redis.call('HMGET', X.R, unpack(fs))
-  local nh, i, zrem = X.NH, 0, {}
+  local zrem = {}
   for j = 1, #owners do
     local raw = recs[j]
     if raw then
       local _, mode, limit = struct.unpack(EF, raw)
-      local ok
+      -- A request for another limit than the holders' is refused to its
+      -- owner when it asks, and keeps those behind it out meanwhile.
       if mode == 1 then
-        ok = i == 0 and nh == 0
-      else
-        ok = limit == 0 or nh + i < limit
+        if X.NH == 0 then -- at the head, nothing holds
+          zrem[#zrem + 1] = owners[j]
+          X.NQ, X.XQ = X.NQ - 1, X.XQ - 1
+          hand(owners[j], raw)
+        end
+        break
       end
-      if ok then
-        zrem[#zrem + 1] = owners[j]
-        X.NQ = X.NQ - 1
-        if mode == 1 then X.XQ = X.XQ - 1 end
-        hand(owners[j], raw)
-      end
-      if mode == 1 then break end
-      i = i + 1
+      if (limit > 0 and X.NH >= limit) or (X.NH > 0 and X.L and X.L ~= limit) then break end
+      zrem[#zrem + 1] = owners[j]
+      X.NQ = X.NQ - 1
+      hand(owners[j], raw)
     end
   end
   if #zrem > 0 then chunked('ZREM', X.Q, zrem) end
@@ -250,6 +256,7 @@ local function finish(linger)
   local n = #X.W
   X.W[n + 1], X.W[n + 2] = 'S', struct.pack(SF, X.NH, X.NQ, X.XQ, X.XH, X.T, X.MIN, X.HMIN, X.MAX)
   if X.FRESH then X.W[n + 3], X.W[n + 4] = 'n', X.NAME end
+  if X.WL then X.W[#X.W + 1], X.W[#X.W + 2] = 'L', X.L end
   redis.call('HSET', X.R, unpack(X.W))
   if X.GREW or X.NEWQ then
     local px = math.max(math.ceil((X.MAX - X.NOW) / 1000) + linger, 1)
@@ -258,15 +265,18 @@ local function finish(linger)
   end
 end
 
--- exclusive_ahead reports whether one of the first n queue entries is
--- exclusive.
-local function exclusive_ahead(n)
+-- barrier_ahead reports whether one of the first n queue entries keeps a
+-- shared request of limit out: it is exclusive, or for another limit.
+local function barrier_ahead(n, limit)
   local owners = redis.call('ZRANGE', X.Q, 0, n - 1)
   for i = 1, #owners, 100 do
     local fs = {}
     for j = i, math.min(i + 99, #owners) do fs[#fs + 1] = 'o:' .. owners[j] end
     for _, raw in ipairs(redis.call('HMGET', X.R, unpack(fs))) do
-      if raw and string.byte(raw, 2) == 1 then return true end
+      if raw then
+        local _, m, l = struct.unpack(EF, raw)
+        if m == 1 or l ~= limit then return true end
+      end
     end
   end
   return false
@@ -290,7 +300,7 @@ end
 // doubles (see acquireArgs), then info. It returns {1, token, created,
 // renewed, expires, extended} for a grant, {0, µs until the first holder
 // expires (0: unknown), the server's time} when busy, {-1} on a mode
-// conflict. A request that joins the queue empties its owner's mailbox, so
+// conflict, {-2} on a limit conflict. A request that joins the queue empties its owner's mailbox, so
 // that a grant left there for an earlier request of the same owner is not
 // taken for one of this request.
 var acquireScript = redis.NewScript(prelude + `
@@ -307,6 +317,10 @@ if k == 1 then
   finish(linger)
   return {1, etok, ecr, X.NOW, X.NOW + ttl, 1}
 end
+if mode == 2 and X.NH > 0 and X.XH == 0 and X.L and X.L ~= limit then
+  finish(linger)
+  return {-2}
+end
 local queued = k == 2
 local ahead = X.NQ
 if queued then ahead = redis.call('ZRANK', X.Q, owner) end
@@ -316,8 +330,7 @@ if mode == 1 then
 elseif X.XH == 1 then
   ok = false
 else
-  ok = (limit == 0 or X.NH + ahead < limit) and
-    not (ahead > 0 and X.XQ > 0 and (not queued or exclusive_ahead(ahead)))
+  ok = (limit == 0 or X.NH + ahead < limit) and not (ahead > 0 and barrier_ahead(ahead, limit))
 end
 if ok then
   if queued then

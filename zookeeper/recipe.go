@@ -183,14 +183,18 @@ func queue(names []string) []child {
 }
 
 // verdict applies the grant rules to cs[i]: whether it is granted and,
-// if not, the index of the node it waits for (-1: any node ahead).
+// if not, the index of the node it waits for (-1: any node ahead). A
+// shared node is granted when every node ahead of it is shared with its
+// limit, and, for a limit L, fewer than L are: the holders are always the
+// first nodes, and a node once granted stays granted until it goes
+// (package lockstate's rules, by position).
 func verdict(cs []child, i int) (bool, int) {
 	c := cs[i]
 	if c.mode == driver.Exclusive {
 		return i == 0, i - 1
 	}
 	for j := i - 1; j >= 0; j-- {
-		if cs[j].mode == driver.Exclusive {
+		if cs[j].mode == driver.Exclusive || cs[j].limit != c.limit {
 			return false, j
 		}
 	}
@@ -203,16 +207,22 @@ func verdict(cs []child, i int) (bool, int) {
 // verdicts is verdict for every node, in one pass.
 func verdicts(cs []child) []bool {
 	out := make([]bool, len(cs))
-	excl := false
 	for i, c := range cs {
 		if c.mode == driver.Exclusive {
 			out[i] = i == 0
-			excl = true
-		} else {
-			out[i] = !excl && (c.limit == 0 || i < c.limit)
+			continue
 		}
+		out[i] = (c.limit == 0 || i < c.limit) && (i == 0 || out[i-1] && cs[i-1].mode == driver.Shared && cs[i-1].limit == c.limit)
 	}
 	return out
+}
+
+// heldWithOtherLimit reports whether the name's holders (its first nodes)
+// are shared with a limit other than limit, judging the nodes other than
+// cs[i].
+func heldWithOtherLimit(cs []child, i, limit int) bool {
+	rest := append(slices.Clone(cs[:i]), cs[i+1:]...)
+	return len(rest) > 0 && rest[0].mode == driver.Shared && rest[0].limit != limit
 }
 
 func index(cs []child, name string) int {
@@ -343,6 +353,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, req *driver.Request)
 			// checks the blocker before it waits: no need to ask again.
 			return nil, &driver.Busy{}
 		}
+		created := n == nil
 		if n == nil {
 			var alone bool
 			var err error
@@ -355,7 +366,7 @@ func (s *Store) acquire(ctx context.Context, sess *session, req *driver.Request)
 				return n.grant(sess, false), nil
 			}
 		}
-		g, err := s.judge(ctx, sess, req, n)
+		g, err := s.judge(ctx, sess, req, n, created)
 		if errors.Is(err, errGone) {
 			continue
 		}
@@ -508,8 +519,9 @@ func (s *Store) makeRoot(ctx context.Context, sess *session) error {
 	return nil
 }
 
-// judge lists the queue and applies the grant rules to n.
-func (s *Store) judge(ctx context.Context, sess *session, req *driver.Request, n *node) (*driver.Grant, error) {
+// judge lists the queue and applies the grant rules to n, which this call
+// created if created is set.
+func (s *Store) judge(ctx context.Context, sess *session, req *driver.Request, n *node, created bool) (*driver.Grant, error) {
 	k := nodeKey{req.Name, req.Owner}
 	var names []string
 	var pst *zk.Stat
@@ -553,11 +565,24 @@ func (s *Store) judge(ctx context.Context, sess *session, req *driver.Request, n
 		sess.setGranted(k, n)
 		return n.grant(sess, false), nil
 	}
-	if !req.Queue {
-		if err := s.deleteNode(ctx, sess, n.path); err != nil {
-			return nil, err
+	if req.Mode == driver.Shared && heldWithOtherLimit(cs, i, req.Limit) {
+		if created {
+			if err := s.deleteNode(ctx, sess, n.path); err != nil {
+				return nil, err
+			}
+			sess.forget(k)
 		}
-		sess.forget(k)
+		return nil, driver.ErrLimitConflict
+	}
+	if !req.Queue {
+		// Not to wait: take back the node this call made (one queued
+		// before keeps its place).
+		if created {
+			if err := s.deleteNode(ctx, sess, n.path); err != nil {
+				return nil, err
+			}
+			sess.forget(k)
+		}
 		return nil, &driver.Busy{}
 	}
 	w := &waitOn{cversion: pst.Cversion, own: n.path}
@@ -879,6 +904,18 @@ func (s *Store) release(ctx context.Context, sess *session, key driver.Key) (boo
 	k := nodeKey{key.Name, key.Owner}
 	parent := s.parentPath(key.Name)
 	if n, _ := sess.node(k); n != nil {
+		granted := n.granted
+		if !granted {
+			// Queued, as far as this store knows: the nodes ahead may
+			// have gone since, which granted it.
+			cs, err := s.children(ctx, sess, parent)
+			if err != nil {
+				return false, err
+			}
+			if i := index(cs, n.name); i >= 0 {
+				granted, _ = verdict(cs, i)
+			}
+		}
 		deleted, err := s.delete(ctx, sess, n.path)
 		if err != nil {
 			return false, err
@@ -886,7 +923,7 @@ func (s *Store) release(ctx context.Context, sess *session, key driver.Key) (boo
 		sess.forget(k)
 		if deleted {
 			s.scheduleCleanup(sess, parent)
-			return n.granted, nil
+			return granted, nil
 		}
 	}
 	cs, err := s.children(ctx, sess, parent)

@@ -1037,3 +1037,15 @@ func TestOwnConnectionLostSessionComesBack(t *testing.T) {
 		l2.Release(ctx)
 	})
 }
+
+// TestModel checks the recipe's rules (verdict over the nodes in sequence
+// order) against lockstate's: a queued node is granted by the others'
+// going.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{
+			Open:     func(t testing.TB) driver.Store { return open(t, nil) },
+			HandsOff: true, FixedModes: true,
+		})
+	})
+}

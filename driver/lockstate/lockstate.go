@@ -13,10 +13,18 @@
 //   - Exclusive: granted when there are no holders and no live queue entry
 //     ahead of the request.
 //   - Shared with limit L (0: none): granted when no exclusive hold exists,
-//     no exclusive request is queued ahead, and, for L > 0, the holders plus
-//     the shared requests queued ahead number fewer than L. A queued
-//     exclusive request therefore blocks later shared ones: writers are not
-//     starved.
+//     every request queued ahead is shared with limit L too, and, for L >
+//     0, the holders plus the requests queued ahead number fewer than L. A
+//     queued exclusive request therefore blocks later shared ones (writers
+//     are not starved), and so does a queued request for another limit.
+//     A shared request whose L differs from the limit of the name's shared
+//     holders is refused with driver.ErrLimitConflict, neither granted nor
+//     queued: it would exceed someone's limit.
+//
+// So the holders are always the first requests in queue order, and a
+// request, once granted, would still be granted by these rules until it
+// leaves: stores whose queue is an order of keys or nodes (etcd,
+// ZooKeeper) judge each by its position alone.
 //   - A request that is not yet queued is behind every queued one.
 //
 // Every grant takes the next value of the name's counter as its fencing
@@ -103,6 +111,13 @@ func (s *State) Acquire(req *driver.Request, now time.Time) (*driver.Grant, erro
 		g.Extended = true
 		return g, nil
 	}
+	if req.Mode == driver.Shared {
+		for _, h := range s.Holders {
+			if h.Mode == driver.Shared && h.Limit != req.Limit {
+				return nil, driver.ErrLimitConflict
+			}
+		}
+	}
 	qi := find(s.Queue, req.Owner)
 	ahead := s.Queue
 	if qi >= 0 {
@@ -154,7 +169,7 @@ func (s *State) grantable(req *driver.Request, ahead []Entry) bool {
 		}
 	}
 	for _, q := range ahead {
-		if q.Mode == driver.Exclusive {
+		if q.Mode == driver.Exclusive || q.Limit != req.Limit {
 			return false
 		}
 	}

@@ -47,7 +47,7 @@ func FuzzRules(f *testing.F) {
 					last = g.Token
 					checkGrant(t, &s, &req, now)
 				}
-				if err != nil && !errors.Is(err, driver.ErrNotGranted) {
+				if err != nil && !errors.Is(err, driver.ErrNotGranted) && !errors.Is(err, driver.ErrLimitConflict) {
 					t.Fatalf("step %d: %v", step, err)
 				}
 			case 2:
@@ -126,12 +126,53 @@ func invariants(s *State, now time.Time) error {
 	if excl > 0 && live > 1 {
 		return fmt.Errorf("exclusive hold with %d live holders", live)
 	}
+	// Shared holders agree on their limit, and never exceed it.
+	limit := -1
+	for _, h := range s.Holders {
+		if h.Mode != driver.Shared {
+			continue
+		}
+		if limit >= 0 && h.Limit != limit {
+			return fmt.Errorf("shared holders with limits %d and %d", limit, h.Limit)
+		}
+		limit = h.Limit
+	}
+	if limit > 0 && live > limit {
+		return fmt.Errorf("%d live holders of a semaphore of %d", live, limit)
+	}
 	for i := 1; i < len(s.Queue); i++ {
 		if s.Queue[i].Token <= s.Queue[i-1].Token {
 			return fmt.Errorf("queue out of ticket order")
 		}
 	}
 	return nil
+}
+
+// A shared request whose limit contradicts the holders' is refused with
+// ErrLimitConflict, neither granted nor queued.
+func TestLimitConflict(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	req := func(owner string, limit int) *driver.Request {
+		return &driver.Request{Name: "n", Owner: owner, Mode: driver.Shared, Limit: limit, TTL: time.Second, Queue: true, QueueTTL: time.Second}
+	}
+	var s State
+	for _, o := range []string{"a", "b"} {
+		if _, err := s.Acquire(req(o, 2), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{0, 1, 3} {
+		if _, err := s.Acquire(req("c", limit), now); !errors.Is(err, driver.ErrLimitConflict) {
+			t.Errorf("limit %d joining a semaphore of 2: %v, want ErrLimitConflict", limit, err)
+		}
+	}
+	if len(s.Queue) != 0 || len(s.Holders) != 2 {
+		t.Errorf("after refused conflicts: %d holders, %d queued; want 2, 0", len(s.Holders), len(s.Queue))
+	}
+	// An exclusive request waits as usual; so does one of the same limit.
+	if _, err := s.Acquire(req("d", 2), now); !errors.Is(err, driver.ErrNotGranted) {
+		t.Errorf("a third of a semaphore of 2: %v, want ErrNotGranted", err)
+	}
 }
 
 func TestRules(t *testing.T) {
