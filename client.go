@@ -73,8 +73,9 @@ type LockOptions struct {
 	// together with an exclusive one.
 	Shared bool
 	// Limit > 0 takes one of Limit slots of a semaphore (a shared lock
-	// that at most Limit holders hold at once). Holders of one name should
-	// agree on the limit; each request is judged with its own.
+	// that at most Limit holders hold at once). While a name is held
+	// shared, a request with another limit (0 for a plain shared lock)
+	// fails with ErrLimitConflict: it would exceed someone's limit.
 	Limit int
 	// TTL overrides the client's default lease length.
 	TTL time.Duration

@@ -292,3 +292,25 @@ func TestVerbose(t *testing.T) {
 		t.Errorf("said %d times what it waits for, want once (the holder did not change):\n%s", n, r.stderr)
 	}
 }
+
+// TestLimitConflict: joining a semaphore with another -n, or --shared, is
+// refused with one line that says so, instead of exceeding its limit.
+func TestLimitConflict(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	dir := t.TempDir()
+	holder := e.start(t, cmdline([]string{"run", "pool", "-n", "2"}, helperArgv("wait", dir)...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	for _, args := range [][]string{{"run", "pool", "--shared"}, {"run", "pool", "-n", "3"}} {
+		r := e.baton(t, cmdline(args, helperArgv("exit", "0")...)...)
+		if r.code != exitError || !strings.Contains(r.stderr, "semaphore of 2") || !strings.Contains(r.stderr, "exceed") {
+			t.Errorf("baton %q: exit %d, stderr %q; want a refusal naming the semaphore of 2", args, r.code, r.stderr)
+		}
+		checkOneLine(t, r, false)
+	}
+	if r := e.baton(t, cmdline([]string{"run", "pool", "-n", "2"}, helperArgv("exit", "0")...)...); r.code != 0 {
+		t.Errorf("the second slot of the semaphore: exit %d, stderr %q", r.code, r.stderr)
+	}
+	writeFileAtomic(filepath.Join(dir, "stop"), "")
+	holder.wait(t)
+}

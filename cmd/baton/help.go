@@ -81,7 +81,8 @@ Flags:
   --shared       take a shared lock: many shared holders at once, never
                  together with an exclusive one
   -n N           take one of N slots of a semaphore (a shared lock with at
-                 most N holders; N >= 1); holders of NAME should agree on N
+                 most N holders; N >= 1); while others hold NAME with one N,
+                 a request with another N, or --shared, is refused (exit 1)
   --ttl D        lease length (default 15s): if baton dies or loses the
                  store, others get the lock at most D later
   --wait         wait for the lock (default true); --wait=false tries once

@@ -214,8 +214,33 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 		return client, nil, 0
 	case errors.Is(err, baton.ErrModeConflict):
 		return client, nil, fail(exitError, "owner %q already holds lock %q in another mode or with another -n", f.owner, f.name)
+	case errors.Is(err, baton.ErrLimitConflict):
+		return client, nil, fail(exitError, "lock %q is %s, taken %s; %s would exceed their limit", f.name, describe(client, f.name), heldAs(client, f.name), asked(f))
 	}
 	return client, nil, failErr(err)
+}
+
+// heldAs says how name's holders took it: "as a semaphore of N" or "shared
+// without -n".
+func heldAs(client *baton.Client, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs, err := client.Status(ctx, &baton.Filter{Name: name})
+	if err != nil || len(hs) == 0 {
+		return "with another limit"
+	}
+	if hs[0].Limit > 0 {
+		return fmt.Sprintf("as a semaphore of %d (-n %d)", hs[0].Limit, hs[0].Limit)
+	}
+	return "shared without -n"
+}
+
+// asked describes the request of f, for messages.
+func asked(f *runFlags) string {
+	if f.limit > 0 {
+		return fmt.Sprintf("joining with -n %d", f.limit)
+	}
+	return "joining with --shared (no limit)"
 }
 
 // describe says why name cannot be granted, for messages: "held by OWNER
