@@ -30,9 +30,9 @@ type Elector interface {
 }
 
 type failoverResult struct {
-	p50, max     time.Duration
-	callsPerSec  float64 // per candidate, while a leader leads; < 0: not counted
-	samples, bad int
+	p50, max    time.Duration
+	callsPerSec float64 // per candidate, while a leader leads; < 0: not counted
+	samples     int
 }
 
 func (r failoverResult) row(name string) string {

@@ -35,21 +35,39 @@ func (s staleTokens) Acquire(ctx context.Context, req *driver.Request) (*driver.
 	return g, err
 }
 
+// deaf claims to wake waiters but never does: its Watch waits out its
+// context.
+type deaf struct{ *mem.Store }
+
+func (deaf) Watch(context.Context, *driver.Request) (driver.Watch, error) { return deafWatch{}, nil }
+
+type deafWatch struct{}
+
+func (deafWatch) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+func (deafWatch) Close() error                   { return nil }
+
 // TestSuiteCatchesBrokenStores runs the contention tests in a child process
 // against stores that break the rules, and wants them to fail.
 func TestSuiteCatchesBrokenStores(t *testing.T) {
 	if kind := os.Getenv("DRIVERTEST_BROKEN"); kind != "" {
 		Run(t, Config{Open: func(testing.TB) driver.Store {
 			st := mem.Open("broken")
-			if kind == "steal" {
+			switch kind {
+			case "steal":
 				return stealing{st}
+			case "deaf":
+				return deaf{st}
 			}
 			return staleTokens{st}
 		}})
 		return
 	}
-	for kind, want := range map[string]string{"steal": "overlap", "stale": "token"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteCatchesBrokenStores$/^ContentionExclusive$", "-test.count=1")
+	for kind, want := range map[string]string{"steal": "overlap", "stale": "token", "deaf": "does not wake"} {
+		test := "ContentionExclusive"
+		if kind == "deaf" {
+			test = "WokenByStore"
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteCatchesBrokenStores$/^"+test+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DRIVERTEST_BROKEN="+kind)
 		out, err := cmd.CombinedOutput()
 		if err == nil {

@@ -72,6 +72,7 @@ func Run(t *testing.T, cfg Config) {
 	}{
 		{"TryLockAndRelease", s.tryLockAndRelease},
 		{"LockWaitsForRelease", s.lockWaitsForRelease},
+		{"WokenByStore", s.wokenByStore},
 		{"CancelWhileWaiting", s.cancelWhileWaiting},
 		{"FIFO", s.fifo},
 		{"Shared", s.shared},
@@ -275,6 +276,36 @@ func (s *suite) lockWaitsForRelease(t *testing.T) {
 		t.Errorf("token %d not above %d", r.l.Token(), la.Token())
 	}
 	release(t, ctx, r.l)
+}
+
+// wokenByStore: a store that can wake waiters (a driver.Waiter) must: with
+// MaxPoll at 10s, a waiting Lock is granted within a second of the
+// release, not at its next poll. (The waiter has waited a while first,
+// so that a watch that only polls at first cannot pass for a wake-up.)
+func (s *suite) wokenByStore(t *testing.T) {
+	if _, ok := s.cfg.Open(t).(driver.Waiter); !ok {
+		t.Skip("the store cannot wake waiters: baton polls")
+	}
+	ctx := s.ctx(t)
+	o := &baton.Options{MaxPoll: 10 * time.Second}
+	a, b := s.client(t, o), s.client(t, o)
+	n := name(t)
+	la := mustLock(t, ctx, a, n, nil)
+	ch := goLock(ctx, b, n, nil)
+	waitQueued(t, ctx, a, n, 1)
+	time.Sleep(s.d(500 * time.Millisecond))
+	released := time.Now()
+	release(t, ctx, la)
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("waiting Lock: %v", r.err)
+		}
+		release(t, ctx, r.l)
+	case <-time.After(s.d(time.Second)):
+		t.Fatalf("a waiter with MaxPoll 10s was not granted within %v of the release: the store does not wake it", s.d(time.Second))
+	}
+	t.Logf("granted %v after the release", time.Since(released).Round(time.Millisecond))
 }
 
 func (s *suite) cancelWhileWaiting(t *testing.T) {

@@ -156,6 +156,13 @@
 // there a wait that must end within a second ends by closing its
 // connection, which is then opened anew.
 //
+// # Logs
+//
+// The store logs nothing. go-sql-driver logs connection trouble through
+// one process-wide logger, to stderr by default: a program routes or
+// silences it with mysql.SetLogger (baton's command passes it to
+// --verbose).
+//
 // # Transactions under the lock
 //
 // [Store.InTx] runs a function in a database transaction that holds a lock

@@ -169,6 +169,12 @@
 // keeps no counter that survives the failure of a master either, and adds
 // timing assumptions of its own.
 //
+// # Logs
+//
+// The store logs nothing. go-redis logs connection trouble through one
+// process-wide logger, to stderr by default: a program routes or silences
+// it with redis.SetLogger (baton's command passes it to --verbose).
+//
 // # Cluster and Sentinel
 //
 // Use New with a go-redis ClusterClient or FailoverClient. All keys of a
