@@ -16,24 +16,6 @@ import (
 	"github.com/baton-go/baton/driver"
 )
 
-// Mode is the kind of a hold: Exclusive or Shared.
-type Mode = driver.Mode
-
-const (
-	Exclusive = driver.Exclusive
-	Shared    = driver.Shared
-)
-
-// LockInfo describes a hold (or, with Queued set, a waiting request) as the
-// store reports it.
-type LockInfo = driver.Holder
-
-// Filter selects locks for Status; zero fields select everything. Name and
-// Prefix select lock names, Owner an owner, CreatedBefore/CreatedAfter the
-// time of the grant, LeftBelow/LeftAtLeast the time left; Queued includes
-// waiting requests, Expired holds that expired but were not purged.
-type Filter = driver.Filter
-
 // Options configure a Client. The zero value works.
 type Options struct {
 	// TTL is the default lease length (15s if zero). A holder that stops
@@ -429,7 +411,8 @@ func (c *Client) isClosed() bool {
 }
 
 // Status lists holds (and, with f.Queued, waiting requests) matching f,
-// sorted by name, then holders before waiters, then token.
+// sorted by name, then holders before waiters, then token (as Purge,
+// RenewOwner and ReleaseOwner sort theirs).
 func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 	if f == nil {
 		f = &Filter{}
@@ -439,17 +422,23 @@ func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 			return nil, err
 		}
 	}
-	hs, err := c.store.List(ctx, f)
+	hs, err := c.store.List(ctx, f.driver())
 	if err != nil {
 		return nil, storeErr("status", f.Prefix+f.Name, err)
 	}
-	out := hs[:0]
+	out := make([]LockInfo, 0, len(hs))
 	for _, h := range hs {
-		if match(f, &h) {
-			out = append(out, h)
+		if i := infoOf(h); match(f, &i) {
+			out = append(out, i)
 		}
 	}
-	slices.SortFunc(out, func(a, b LockInfo) int {
+	sortInfos(out)
+	return out, nil
+}
+
+// sortInfos sorts by name, then holders before waiters, then token.
+func sortInfos(is []LockInfo) {
+	slices.SortFunc(is, func(a, b LockInfo) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
@@ -461,7 +450,6 @@ func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 		}
 		return cmp.Or(cmp.Compare(a.Token, b.Token), a.Created.Compare(b.Created))
 	})
-	return out, nil
 }
 
 // expired reports whether a listed hold expired; holds that live as long as
@@ -492,7 +480,9 @@ func (c *Client) Purge(ctx context.Context) ([]LockInfo, error) {
 	if err != nil {
 		return nil, storeErr("purge", "", err)
 	}
-	return hs, nil
+	out := infosOf(hs)
+	sortInfos(out)
+	return out, nil
 }
 
 // RenewOwner renews every hold of owner for ttl (its lock-id group, in
@@ -506,11 +496,12 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 	if err := checkTTL("TTL", ttl); err != nil {
 		return nil, err
 	}
-	hs, err := c.store.List(ctx, &driver.Filter{Owner: owner})
+	dhs, err := c.store.List(ctx, &driver.Filter{Owner: owner})
 	if err != nil {
 		return nil, storeErr("renew owner", owner, err)
 	}
-	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Queued || expired(&h) || h.Owner != owner })
+	hs := slices.DeleteFunc(infosOf(dhs), func(h LockInfo) bool { return h.Queued || expired(&h) || h.Owner != owner })
+	sortInfos(hs)
 	holds := make([]driver.Hold, len(hs))
 	for i, h := range hs {
 		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}
@@ -541,11 +532,12 @@ func (c *Client) ReleaseOwner(ctx context.Context, owner string) ([]LockInfo, er
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
-	hs, err := c.store.List(ctx, &driver.Filter{Owner: owner, Queued: true})
+	dhs, err := c.store.List(ctx, &driver.Filter{Owner: owner, Queued: true})
 	if err != nil {
 		return nil, storeErr("release owner", owner, err)
 	}
-	hs = slices.DeleteFunc(hs, func(h LockInfo) bool { return h.Owner != owner })
+	hs := slices.DeleteFunc(infosOf(dhs), func(h LockInfo) bool { return h.Owner != owner })
+	sortInfos(hs)
 	keys := make([]driver.Key, len(hs))
 	for i, h := range hs {
 		keys[i] = driver.Key{Name: h.Name, Owner: owner}
@@ -566,11 +558,11 @@ func (c *Client) ReleaseOwner(ctx context.Context, owner string) ([]LockInfo, er
 	return out, nil
 }
 
-// Release releases owner's hold of name, whoever holds that owner: it is
-// meant for administrators, as a way out for a lock whose holder is stuck.
-// The holder is not told until its next renewal fails. It returns ErrNotHeld
-// if owner held nothing.
-func (c *Client) Release(ctx context.Context, name, owner string) error {
+// ForceRelease releases owner's hold of name, whoever holds that owner: it
+// is for administrators, as a way out for a lock whose holder is stuck (a
+// holder releases its own lease with Lease.Release). The holder is not told
+// until its next renewal fails. It returns ErrNotHeld if owner held nothing.
+func (c *Client) ForceRelease(ctx context.Context, name, owner string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}

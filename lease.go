@@ -62,7 +62,7 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive,
 		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: req.TTL, granted: sent, lastLeft: -1,
 		info: LockInfo{
-			Name: req.Name, Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: g.Token,
+			Name: req.Name, Owner: req.Owner, Mode: Mode(req.Mode), Limit: req.Limit, Token: g.Token,
 			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.TTL,
 			Created: g.Created, Renewed: g.Renewed, Expires: g.Expires,
 		},
@@ -184,7 +184,7 @@ func (l *Lease) Owner() string { return l.key.Owner }
 func (l *Lease) Token() uint64 { return l.token }
 
 // Mode is Exclusive or Shared; Limit is the semaphore limit (0: none).
-func (l *Lease) Mode() Mode { return l.mode }
+func (l *Lease) Mode() Mode { return Mode(l.mode) }
 
 // Limit is the semaphore limit the lease was taken with (0: none).
 func (l *Lease) Limit() int { return l.limit }
@@ -259,7 +259,7 @@ func (l *Lease) Renew(ctx context.Context) (err error) {
 		return storeErr("renew", l.key.Name, ErrNotHeld)
 	}
 	c := l.c
-	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.key.Name, Mode: l.mode, Limit: l.limit})
+	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	l.mu.Lock()
 	ttl, left := l.ttl, time.Until(l.deadlineLocked())
@@ -299,7 +299,7 @@ func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 		l.end(err, false) // the deadline may have passed before the timer fired
 		return storeErr("release", l.key.Name, ErrNotHeld)
 	}
-	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.key.Name, Mode: l.mode, Limit: l.limit})
+	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	done := l.c.call(ctx, "release", l.key.Name)
 	held, err := l.c.store.Release(ctx, []driver.Key{l.key})

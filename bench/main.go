@@ -17,7 +17,8 @@
 // A target is KIND=URL: KIND "baton" measures baton on the store at URL;
 // other kinds are peer libraries, registered by the files of this package
 // (see kinds). "procs:KIND=URL" runs each client in a process of its own
-// (see procs.go). Output is a Markdown table, one row per target.
+// (see procs.go); "LABEL/KIND=URL" adds LABEL to the row's name (the
+// server's version, say). Output is a Markdown table, one row per target.
 //
 // This machine's speed drifts by tens of percent within a minute, so that
 // one run of two targets can rank them either way. -rounds R measures the
@@ -109,6 +110,10 @@ func main() {
 	var targets []Target
 	for _, spec := range ts {
 		kind, url, ok := strings.Cut(spec, "=")
+		label, k, labelled := strings.Cut(kind, "/")
+		if labelled {
+			kind = k
+		}
 		var t Target
 		if inner, isProcs := strings.CutPrefix(kind, "procs:"); isProcs {
 			t, ok = procsTarget(inner, url)
@@ -118,8 +123,11 @@ func main() {
 			ok = false
 		}
 		if !ok {
-			fmt.Fprintf(os.Stderr, "bench: target %q is not [procs:]KIND=URL with a known kind (%s)\n", spec, kindNames())
+			fmt.Fprintf(os.Stderr, "bench: target %q is not [LABEL/][procs:]KIND=URL with a known kind (%s)\n", spec, kindNames())
 			os.Exit(2)
+		}
+		if labelled {
+			t.Name += " (" + label + ")"
 		}
 		targets = append(targets, t)
 	}

@@ -661,10 +661,10 @@ func (s *suite) releaseForms(t *testing.T) {
 	// An administrator's release: the holder's next renewal finds it gone.
 	l2 := mustTry(t, ctx, a, n, nil)
 	admin := s.client(t, nil)
-	if err := admin.Release(ctx, n, l2.Owner()); err != nil {
+	if err := admin.ForceRelease(ctx, n, l2.Owner()); err != nil {
 		t.Fatalf("admin Release: %v", err)
 	}
-	if err := admin.Release(ctx, n, l2.Owner()); !errors.Is(err, baton.ErrNotHeld) {
+	if err := admin.ForceRelease(ctx, n, l2.Owner()); !errors.Is(err, baton.ErrNotHeld) {
 		t.Errorf("second admin Release: %v, want ErrNotHeld", err)
 	}
 	if err := l2.Renew(ctx); !errors.Is(err, baton.ErrNotHeld) {
@@ -1145,8 +1145,8 @@ func (s *suite) badInput(t *testing.T) {
 	if _, err := a.RenewOwner(ctx, "x", -time.Second); !errors.Is(err, baton.ErrInvalid) {
 		t.Errorf("RenewOwner with a negative TTL: %v", err)
 	}
-	if err := a.Release(ctx, "", "x"); !errors.Is(err, baton.ErrInvalid) {
-		t.Errorf("Release with an empty name: %v", err)
+	if err := a.ForceRelease(ctx, "", "x"); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("ForceRelease with an empty name: %v", err)
 	}
 	// Nothing was written by the refused calls.
 	if hs, err := a.Status(ctx, &baton.Filter{Prefix: n, Queued: true, Expired: true}); err != nil || len(hs) != 0 {

@@ -157,7 +157,7 @@
 //
 // # Releases by others
 //
-// Client.Release (an administrator's release) deletes the key: the lock is
+// Client.ForceRelease (an administrator's release) deletes the key: the lock is
 // free at once. baton does not renew session-bound holds, so their holder
 // is not told until it calls Lease.Renew, which then reports the hold gone.
 //

@@ -691,7 +691,7 @@ func TestOwnKeyGoneWhileWaiting(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond) // its watch is set
-		if err := cx.Release(ctx, name, "waiter-w"); err != nil && !errors.Is(err, baton.ErrNotHeld) {
+		if err := cx.ForceRelease(ctx, name, "waiter-w"); err != nil && !errors.Is(err, baton.ErrNotHeld) {
 			t.Fatal(err)
 		}
 		wg.Add(1)

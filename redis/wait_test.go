@@ -56,12 +56,12 @@ func TestWakeOnlyGrantable(t *testing.T) {
 		if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "x", Mode: driver.Exclusive, TTL: 30 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		// Behind the exclusive holder: two shared (unlimited and limit 2), a
-		// shared one with limit 2 that does not fit, an exclusive one, and a
-		// shared one behind it.
+		// Behind the exclusive holder: three shared requests for a
+		// semaphore of 2 (the third does not fit), an exclusive one, and
+		// a shared one behind it.
 		for _, r := range []*driver.Request{
-			queued(n, "s1", driver.Shared, 0), queued(n, "s2", driver.Shared, 2), queued(n, "s3", driver.Shared, 2),
-			queued(n, "e4", driver.Exclusive, 0), queued(n, "s5", driver.Shared, 0),
+			queued(n, "s1", driver.Shared, 2), queued(n, "s2", driver.Shared, 2), queued(n, "s3", driver.Shared, 2),
+			queued(n, "e4", driver.Exclusive, 0), queued(n, "s5", driver.Shared, 2),
 		} {
 			mustQueue(t, ctx, s, r)
 		}
@@ -77,21 +77,31 @@ func TestWakeOnlyGrantable(t *testing.T) {
 		}
 		// The woken waiters are granted; the others stay queued.
 		for _, o := range []string{"s1", "s2"} {
-			if _, err := s.Acquire(ctx, queued(n, o, driver.Shared, map[string]int{"s1": 0, "s2": 2}[o])); err != nil {
+			if _, err := s.Acquire(ctx, queued(n, o, driver.Shared, 2)); err != nil {
 				t.Errorf("woken %s: %v", o, err)
 			}
 		}
 		mustQueue(t, ctx, s, queued(n, "s3", driver.Shared, 2))
-		// A queued exclusive waiter that leaves lets the shared one behind it
-		// through; s3 still does not fit (two holders, limit 2).
 		s.Client().Del(ctx, s.Mailbox(n, "s1"), s.Mailbox(n, "s2"))
+		// The exclusive waiter leaves: s5 still waits behind s3, which
+		// does not fit; a holder leaves: s3 is handed the slot, s5 not.
 		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "e4"}}); err != nil || held[0] {
 			t.Fatalf("Release of a queue entry = %v, %v", held, err)
 		}
-		if got, want := tokens(t, ctx, s, n, all...), []string{"s5"}; !slices.Equal(got, want) {
-			t.Errorf("woken after the exclusive waiter left: %v, want %v", got, want)
+		if got := tokens(t, ctx, s, n, all...); len(got) != 0 {
+			t.Errorf("woken after the exclusive waiter left: %v, want none", got)
 		}
-		s.Release(ctx, []driver.Key{{Name: n, Owner: "s1"}, {Name: n, Owner: "s2"}, {Name: n, Owner: "s3"}, {Name: n, Owner: "s5"}})
+		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "s1"}}); err != nil || !held[0] {
+			t.Fatalf("Release = %v, %v", held, err)
+		}
+		if got, want := tokens(t, ctx, s, n, all...), []string{"s3"}; !slices.Equal(got, want) {
+			t.Errorf("woken after a holder left: %v, want %v", got, want)
+		}
+		// A request for another limit is refused, not queued.
+		if _, err := s.Acquire(ctx, queued(n, "s6", driver.Shared, 3)); !errors.Is(err, driver.ErrLimitConflict) {
+			t.Errorf("a request for a semaphore of 3: %v, want ErrLimitConflict", err)
+		}
+		s.Release(ctx, []driver.Key{{Name: n, Owner: "s2"}, {Name: n, Owner: "s3"}, {Name: n, Owner: "s5"}, {Name: n, Owner: "s6"}})
 	})
 }
 

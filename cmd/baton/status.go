@@ -239,7 +239,7 @@ func cmdRelease(args []string) int {
 		return code
 	}
 	defer client.Close()
-	if err := client.Release(ctx, name, *owner); err != nil {
+	if err := client.ForceRelease(ctx, name, *owner); err != nil {
 		if errors.Is(err, baton.ErrNotHeld) {
 			return fail(exitError, "owner %q does not hold lock %q: nothing released", *owner, name)
 		}
