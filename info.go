@@ -1,7 +1,6 @@
 package baton
 
 import (
-	"maps"
 	"time"
 
 	"github.com/baton-go/baton/driver"
@@ -75,10 +74,4 @@ func (f *Filter) driver() *driver.Filter {
 		Name: f.Name, Prefix: f.Prefix, Owner: f.Owner, CreatedBefore: f.CreatedBefore, CreatedAfter: f.CreatedAfter,
 		LeftBelow: f.LeftBelow, LeftAtLeast: f.LeftAtLeast, Queued: f.Queued, Expired: f.Expired,
 	}
-}
-
-// clone copies i with its own Meta.
-func (i LockInfo) clone() LockInfo {
-	i.Meta = maps.Clone(i.Meta)
-	return i
 }
