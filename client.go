@@ -291,6 +291,13 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		sent := time.Now()
 		done := c.call(ctx, "acquire", name)
 		g, err := c.store.Acquire(ctx, req)
+		if err == nil && g.Session == nil && !time.Now().Before(sent.Add(req.TTL-margin(req.TTL))) {
+			// The answer came after the lease it grants had ended here:
+			// the store may have granted the name to another since. That
+			// is no grant; ask again (the store grants it anew if nobody
+			// took it meanwhile).
+			err = errLate
+		}
 		done(err)
 		if err == nil {
 			return c.newLease(req, g, sent, keepAlive), nil

@@ -45,6 +45,9 @@ var (
 	ErrUnknownStore = errors.New("baton: unknown store")
 )
 
+// errLate is a grant that reached the client after its TTL had run out.
+var errLate = fmt.Errorf("%w: the store's answer took longer than the TTL", ErrLeaseLost)
+
 // Limits on input, the same for every store.
 const (
 	MaxNameLen  = 255  // bytes

@@ -121,3 +121,49 @@ func TestContendedLockSkipsAttemptWhenWatchReplays(t *testing.T) {
 		t.Errorf("contended Lock made %d attempts, want 2", n)
 	}
 }
+
+// slowFirst answers its first Acquire only after the lease it grants has
+// run out, as when the answer is held up in the network.
+type slowFirst struct {
+	*mem.Store
+	calls atomic.Int32
+	delay time.Duration
+}
+
+func (s *slowFirst) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	g, err := s.Store.Acquire(ctx, req)
+	if s.calls.Add(1) == 1 {
+		time.Sleep(s.delay)
+	}
+	return g, err
+}
+
+// A grant whose answer arrives after its TTL ran out is no grant: another
+// may hold the name by then. Lock asks again instead of returning a lease
+// that ended before its holder saw it.
+func TestLockRefusesGrantThatArrivesAfterItsTTL(t *testing.T) {
+	ctx := context.Background()
+	ttl := 100 * time.Millisecond
+	s := &slowFirst{Store: mem.New(), delay: 2 * ttl}
+	c, _ := baton.New(s, nil)
+	defer c.Close()
+	l, err := c.Lock(ctx, "x", &baton.LockOptions{TTL: ttl, NoKeepAlive: true})
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	defer l.Release(ctx)
+	if err := l.Err(); err != nil {
+		t.Fatalf("Lock returned a lease that had already ended: %v", err)
+	}
+	if n := s.calls.Load(); n != 2 {
+		t.Errorf("%d Acquire calls, want 2 (the late one and a fresh one)", n)
+	}
+
+	// With retries off, the late grant is an error, and undone.
+	s2 := &slowFirst{Store: mem.New(), delay: 2 * ttl}
+	c2, _ := baton.New(s2, &baton.Options{Retries: -1})
+	defer c2.Close()
+	if _, err := c2.TryLock(ctx, "x", &baton.LockOptions{TTL: ttl}); !errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("TryLock with a late answer and retries off: %v, want ErrLeaseLost", err)
+	}
+}

@@ -181,6 +181,9 @@ func checkTokens(ops []*Op, v *[]string) {
 // [grant, end) of exclusive holders overlap no other hold, and no more
 // semaphore holders than the limit overlap.
 func (r *recorder) checkOverlaps(ops []*Op, v *[]string) {
+	// A hold whose lease ended before its holder saw the grant is empty:
+	// the holder never acted on it.
+	ops = slices.DeleteFunc(slices.Clone(ops), func(op *Op) bool { return op.End <= op.Grant })
 	slices.SortFunc(ops, func(a, b *Op) int { return cmp.Compare(a.Grant, b.Grant) })
 	var active []*Op // holds whose interval contains the current grant
 	for i, a := range ops {
