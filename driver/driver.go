@@ -35,16 +35,20 @@
 // How each store meets the contract:
 //
 //	store          atomic decision                      clock                   token                      wakes waiters
-//	mem            mutex + lockstate                    process monotonic       per-name counter           channel per name
-//	SQLite         BEGIN IMMEDIATE + lockstate          machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
+//	mem            records: a map under a mutex         process monotonic       per-name counter           channel per name
+//	SQLite         records: BEGIN IMMEDIATE txn         machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
 //	PostgreSQL     one server-side function call        clock_timestamp()       per-name counter (row)     LISTEN/NOTIFY
 //	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
 //	Redis          one Lua script (hash + sorted set)   Redis TIME              per-name INCR key          grant pushed to a per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
 //	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
 //	MongoDB        unique-key insert of (name, ticket)  holder's observation    the ticket                 polling
-//	Elasticsearch  if_seq_no/if_primary_term CAS        server's ctx._now       per-name counter in doc    polling the doc's version
-//	Spanner        read-write txn, versioned mutations  commit timestamps       commit timestamp (µs)      polling
+//	Elasticsearch  records: if_seq_no/primary_term CAS  server's ctx._now       per-name counter in doc    polling the doc
+//	Spanner        records: read-write txn, row/name    commit timestamps       commit timestamp (µs)      polling
+//
+// "records" marks the stores built on package records, which applies the
+// grant rules of package lockstate once over a store that can read and
+// atomically rewrite one record per name.
 //
 // "Holder's observation" means a waiter judges a record expired only after
 // seeing it unchanged for its TTL on its own monotonic clock (client-go's

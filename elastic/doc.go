@@ -95,18 +95,19 @@ func toDocument(name string, st *lockstate.State, now time.Time) *document {
 // ceilMs is d in whole milliseconds, rounded up (as the script does).
 func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// fix sets the times of g that the evaluation at now made to what the
-// script wrote, given up, the server-clock time the script stamped.
-func fix(g *driver.Grant, now time.Time, up int64) {
-	if g == nil {
-		return
-	}
-	if g.Renewed.Equal(now) {
-		ttl := g.Expires.Sub(now)
-		g.Renewed, g.Expires = time.UnixMilli(up), time.UnixMilli(up+ceilMs(ttl))
-	}
-	if g.Created.Equal(now) {
-		g.Created = time.UnixMilli(up)
+// fix sets the times of st that the evaluation at now set (equal to now)
+// to what the script wrote, given up, the server-clock time it stamped.
+func fix(st *lockstate.State, now time.Time, up int64) {
+	for _, es := range [][]lockstate.Entry{st.Holders, st.Queue} {
+		for i := range es {
+			e := &es[i]
+			if e.Renewed.Equal(now) {
+				e.Renewed, e.Expires = time.UnixMilli(up), time.UnixMilli(up+ceilMs(e.Expires.Sub(now)))
+			}
+			if e.Created.Equal(now) {
+				e.Created = time.UnixMilli(up)
+			}
+		}
 	}
 }
 

@@ -154,8 +154,8 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		tr.CloseIdleConnections()
 		return nil, err
 	}
-	s.owned = tr
-	st, b, err := s.do(ctx, http.MethodGet, "/", nil, nil, "")
+	s.d.owned = tr
+	st, b, err := s.d.do(ctx, http.MethodGet, "/", nil, nil, "")
 	if err == nil && st >= 300 {
 		err = apiError(st, b)
 	}

@@ -263,3 +263,10 @@ func TestOpenUnreachable(t *testing.T) {
 		c.Close()
 	})
 }
+
+// TestModel checks the store, on the record layer, against lockstate.
+func TestModel(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, nil) }, Steps: 300})
+	})
+}

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
+	"github.com/baton-go/baton/driver/records"
 )
 
 // DefaultIndex is the lock index used when Options.Index is empty.
@@ -60,6 +60,12 @@ var indexName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,254}$`)
 // Store is a lock store in one index of an Elasticsearch or OpenSearch
 // cluster. It is safe for concurrent use.
 type Store struct {
+	*records.Store
+	d *docs
+}
+
+// docs are the lock documents of one index: the records the Store works on.
+type docs struct {
 	tr     Transport
 	owned  *HTTPTransport // made by Open: Close closes its idle connections
 	index  string
@@ -98,15 +104,16 @@ func New(tr Transport, opts *Options) (*Store, error) {
 	case o.ClockStep < 0:
 		return nil, fmt.Errorf("elastic: negative ClockStep %v", o.ClockStep)
 	}
-	return &Store{tr: tr, index: o.Index, create: !o.NoCreateIndex, step: ceilMs(o.ClockStep)}, nil
+	d := &docs{tr: tr, index: o.Index, create: !o.NoCreateIndex, step: ceilMs(o.ClockStep)}
+	return &Store{Store: records.New(d, &records.Options{Poll: maxWatchPoll}), d: d}, nil
 }
 
 // Index returns the name of the store's lock index.
-func (s *Store) Index() string { return s.index }
+func (s *Store) Index() string { return s.d.index }
 
 // Close marks the store closed and, for a store made by Open, closes the
 // idle connections of its HTTP client. The store starts no goroutines.
-func (s *Store) Close() error {
+func (s *docs) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -116,7 +123,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) check() error {
+func (s *docs) check() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -139,7 +146,7 @@ func (e *APIError) Error() string {
 const maxResponse = 64 << 20
 
 // do sends one request and returns the status and body of the answer.
-func (s *Store) do(ctx context.Context, method, path string, q url.Values, body []byte, ctype string) (int, []byte, error) {
+func (s *docs) do(ctx context.Context, method, path string, q url.Values, body []byte, ctype string) (int, []byte, error) {
 	target := path
 	if len(q) > 0 {
 		target += "?" + q.Encode()
@@ -190,13 +197,13 @@ func apiError(status int, b []byte) *APIError {
 	return e
 }
 
-func (s *Store) docPath(op, id string) string {
+func (s *docs) docPath(op, id string) string {
 	return "/" + s.index + "/" + op + "/" + url.PathEscape(id)
 }
 
 // ensure creates the index (unless told not to) and reads the server's
 // clock, once per store.
-func (s *Store) ensure(ctx context.Context) error {
+func (s *docs) ensure(ctx context.Context) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -226,7 +233,7 @@ func (s *Store) ensure(ctx context.Context) error {
 // syncClock reads the server's clock with an update that changes nothing
 // (once the document "clock", which no lock name maps to, exists: a noop
 // upsert would not report the script's clock).
-func (s *Store) syncClock(ctx context.Context) error {
+func (s *docs) syncClock(ctx context.Context) error {
 	body, _ := json.Marshal(map[string]any{
 		"scripted_upsert": true, "upsert": map[string]any{},
 		"script": map[string]any{"lang": "painless", "source": "ctx._source.now = ctx._now; if (ctx.op != 'create') { ctx.op = 'none'; }"},
@@ -247,7 +254,7 @@ func (s *Store) syncClock(ctx context.Context) error {
 }
 
 // get reads the document of id, in real time (no refresh needed).
-func (s *Store) get(ctx context.Context, id string) (d *document, seq, term int64, err error) {
+func (s *docs) get(ctx context.Context, id string) (d *document, seq, term int64, err error) {
 	st, b, err := s.do(ctx, http.MethodGet, s.docPath("_doc", id), nil, nil, "")
 	if err != nil {
 		return nil, 0, 0, err
@@ -294,7 +301,7 @@ const (
 // term), or creates it if it was absent, and drops expired entries only if
 // the server's clock has reached after. It returns the outcome and the
 // server's clock.
-func (s *Store) write(ctx context.Context, id string, absent bool, seq, term int64, d *document, after int64) (int, int64, error) {
+func (s *docs) write(ctx context.Context, id string, absent bool, seq, term int64, d *document, after int64) (int, int64, error) {
 	req := map[string]any{
 		"script": map[string]any{"lang": "painless", "source": updateScript, "params": map[string]any{
 			"absent": absent, "after": after, "step": s.step, "doc": d,
@@ -349,7 +356,7 @@ const maxAttempts = 64
 // It returns the time fn was given and, when it wrote, the server-clock
 // time (ms) the script stamped fresh times with (0 if it did not write).
 // fn's error is returned as is, after the write.
-func (s *Store) apply(ctx context.Context, name string, fn func(st *lockstate.State, now time.Time) error) (time.Time, int64, error) {
+func (s *docs) apply(ctx context.Context, name string, fn func(st *lockstate.State, now time.Time) error) (time.Time, int64, error) {
 	if err := s.ensure(ctx); err != nil {
 		return time.Time{}, 0, err
 	}
@@ -451,161 +458,74 @@ func (k *clock) low() int64 {
 	return k.c + time.Since(k.at).Milliseconds()
 }
 
-// --- driver.Store ----------------------------------------------------------
+// --- records.Records ------------------------------------------------------
 
-// Acquire implements driver.Store: one GET and, when the state changes, one
-// conditional update.
-func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	var g *driver.Grant
-	now, up, err := s.apply(ctx, req.Name, func(st *lockstate.State, now time.Time) error {
-		var err error
-		g, err = st.Acquire(req, now)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if up > 0 {
-		fix(g, now, up)
-	}
-	return g, nil
-}
+// The times a decision gives its entries (equal to its now) are stamped by
+// the update script with the server's clock: maxWatchPoll is the longest
+// pause of a waiter that polls the document.
+const maxWatchPoll = 100 * time.Millisecond
 
-// Renew implements driver.Store: per name, one GET and one conditional
-// update.
-func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+// Update implements records.Records: per name, one GET and, when the state
+// changes, one conditional update; then the times the decision set are
+// those the script stamped.
+func (s *docs) Update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) error {
 	if err := s.check(); err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]*driver.Grant, len(holds))
-	for _, idx := range byName(len(holds), func(i int) string { return holds[i].Name }) {
-		name := holds[idx[0]].Name
-		now, up, err := s.apply(ctx, name, func(st *lockstate.State, now time.Time) error {
-			for _, i := range idx {
-				out[i] = st.Renew(name, holds[i].Owner, holds[i].TTL, now)
-			}
-			return nil
+	for i, name := range names {
+		var st *lockstate.State
+		now, up, err := s.apply(ctx, name, func(x *lockstate.State, now time.Time) error {
+			st = x
+			return fn(i, x, now)
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, i := range idx {
-			if up > 0 {
-				fix(out[i], now, up)
-			}
+		if up > 0 {
+			fix(st, now, up)
 		}
 	}
-	return out, nil
-}
-
-// Release implements driver.Store: per name, one GET and, when something is
-// released, one conditional update.
-func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(keys))
-	for _, idx := range byName(len(keys), func(i int) string { return keys[i].Name }) {
-		name := keys[idx[0]].Name
-		if _, _, err := s.apply(ctx, name, func(st *lockstate.State, now time.Time) error {
-			for _, i := range idx {
-				out[i] = st.Release(name, keys[i].Owner, now)
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// byName groups the indexes 0..n-1 by name, in order of first appearance.
-func byName(n int, name func(int) string) [][]int {
-	var groups [][]int
-	at := map[string]int{}
-	for i := range n {
-		g, ok := at[name(i)]
-		if !ok {
-			g = len(groups)
-			at[name(i)] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
+	return nil
 }
 
 // listTime is the time listings judge what is left of holds by: an upper
 // bound of the server's clock, as the times written are (see updateScript).
-func (s *Store) listTime() time.Time { return time.UnixMilli(s.clk.low() + s.step) }
+func (s *docs) listTime() time.Time { return time.UnixMilli(s.clk.low() + s.step) }
 
-// List implements driver.Store. A Name filter reads that one document; any
-// other listing refreshes the index and searches it, so that it sees every
-// write acknowledged before it started.
-func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+// Scan implements records.Records. A name reads that one document; a
+// prefix refreshes the index and searches it, so that it sees every write
+// acknowledged before it started.
+func (s *docs) Scan(ctx context.Context, name, prefix string, fn func(string, *lockstate.State, time.Time) bool) error {
 	if err := s.ensure(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	var docs []*document
-	if f.Name != "" {
-		d, _, _, err := s.get(ctx, docID(f.Name))
+	var ds []*document
+	if name != "" {
+		d, _, _, err := s.get(ctx, docID(name))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if d != nil && d.Name == f.Name {
-			docs = append(docs, d)
+		if d != nil && d.Name == name {
+			ds = append(ds, d)
 		}
 	} else {
 		var err error
-		if docs, err = s.search(ctx, f.Prefix, f.Owner); err != nil {
-			return nil, err
+		if ds, err = s.search(ctx, prefix); err != nil {
+			return err
 		}
 	}
 	now := s.listTime()
-	var out []driver.Holder
-	for _, d := range docs {
-		if f.Prefix != "" && !strings.HasPrefix(d.Name, f.Prefix) {
-			continue
-		}
-		for _, h := range d.state().List(d.Name, now) {
-			if f.Owner == "" || h.Owner == f.Owner {
-				out = append(out, h)
-			}
+	for _, d := range ds {
+		if strings.HasPrefix(d.Name, prefix) && !fn(d.Name, d.state(), now) {
+			break
 		}
 	}
-	return out, nil
-}
-
-// Purge implements driver.Store: it finds the names that have holders or
-// waiters (refresh and search), and drops the expired ones from each, as
-// Acquire would (one GET and one conditional update per name that has any).
-// Documents and their counters stay.
-func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
-	docs, err := s.search(ctx, "", "")
-	if err != nil {
-		return nil, err
-	}
-	var out []driver.Holder
-	for _, d := range docs {
-		var gone []driver.Holder
-		if _, _, err := s.apply(ctx, d.Name, func(st *lockstate.State, now time.Time) error {
-			gone = st.Expire(d.Name, now)
-			return nil
-		}); err != nil {
-			return out, err
-		}
-		out = append(out, gone...)
-	}
-	return out, nil
+	return nil
 }
 
 // search refreshes the index and returns the documents that have holders or
-// waiters, whose name starts with prefix and among whose holders or waiters
-// is owner (when not empty), in name order.
-func (s *Store) search(ctx context.Context, prefix, owner string) ([]*document, error) {
+// waiters and whose name starts with prefix, in name order.
+func (s *docs) search(ctx context.Context, prefix string) ([]*document, error) {
 	st, b, err := s.do(ctx, http.MethodPost, "/"+s.index+"/_refresh", nil, nil, "")
 	if err != nil {
 		return nil, err
@@ -619,9 +539,6 @@ func (s *Store) search(ctx context.Context, prefix, owner string) ([]*document, 
 	filter := []any{map[string]any{"exists": map[string]any{"field": "owners"}}}
 	if prefix != "" {
 		filter = append(filter, map[string]any{"prefix": map[string]any{"name": prefix}})
-	}
-	if owner != "" {
-		filter = append(filter, map[string]any{"term": map[string]any{"owners": owner}})
 	}
 	var docs []*document
 	var last []any

@@ -13,20 +13,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
+	"github.com/baton-go/baton/driver/records"
 )
 
+// backend is one in-memory store: the states, and the driver over them
+// that all its clients share (so that they wake each other's waiters).
 type backend struct {
 	mu      sync.Mutex
-	locks   map[string]*lock
+	states  map[string]*lockstate.State
 	clients int
-}
-
-type lock struct {
-	state   lockstate.State
-	changed chan struct{} // closed and replaced when a hold or queue entry leaves
-	at      time.Time     // when that last happened (or l was created)
+	store   *records.Store
 }
 
 var (
@@ -36,14 +33,18 @@ var (
 
 // Store is one client of an in-memory backend.
 type Store struct {
+	*records.Store
 	b      *backend
 	name   string // "" for a private backend
-	closed bool
 	mu     sync.Mutex
+	closed bool
 }
 
 // New returns a new, private in-memory store.
-func New() *Store { return &Store{b: newBackend()} }
+func New() *Store {
+	b := newBackend()
+	return &Store{Store: b.store, b: b}
+}
 
 // Open returns a client of the process-wide store called name, creating
 // it if needed. The store lives as long as one of its clients is open.
@@ -56,7 +57,7 @@ func Open(name string) *Store {
 		named[name] = b
 	}
 	b.clients++
-	return &Store{b: b, name: name}
+	return &Store{Store: b.store, b: b, name: name}
 }
 
 // OpenURL opens mem:// or mem://NAME.
@@ -68,26 +69,10 @@ func OpenURL(u *url.URL) (*Store, error) {
 	return Open(name), nil
 }
 
-func newBackend() *backend { return &backend{locks: map[string]*lock{}} }
-
-func (b *backend) get(name string) *lock {
-	l := b.locks[name]
-	if l == nil {
-		l = &lock{changed: make(chan struct{}), at: time.Now()}
-		b.locks[name] = l
-	}
-	return l
-}
-
-// commit wakes watchers of l if a hold or queue entry left. b.mu is held.
-func (l *lock) commit() {
-	l.state.Dirty = false
-	if l.state.Freed {
-		l.state.Freed = false
-		close(l.changed)
-		l.changed = make(chan struct{})
-		l.at = time.Now()
-	}
+func newBackend() *backend {
+	b := &backend{states: map[string]*lockstate.State{}}
+	b.store = records.New(b, &records.Options{Local: true})
+	return b
 }
 
 var start = time.Now()
@@ -95,86 +80,48 @@ var start = time.Now()
 // now is a monotonic instant: time.Now's wall clock may jump.
 func now() time.Time { return start.Add(time.Since(start)) }
 
-func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+// Update implements records.Records.
+func (b *backend) Update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	l := s.b.get(req.Name)
-	defer l.commit()
-	return l.state.Acquire(req, now())
-}
-
-func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	out := make([]*driver.Grant, len(holds))
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	t := now()
-	for i, h := range holds {
-		if l := s.b.locks[h.Name]; l != nil {
-			out[i] = l.state.Renew(h.Name, h.Owner, h.TTL, t)
-			l.commit()
+	for i, n := range names {
+		// A copy: the caller keeps the state it was given.
+		st := &lockstate.State{}
+		if old := b.states[n]; old != nil {
+			st = old.Clone()
+		}
+		if err := fn(i, st, t); err != nil {
+			return err
+		}
+		if st.Dirty {
+			b.states[n] = st
 		}
 	}
-	return out, nil
+	return nil
 }
 
-func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+// Scan implements records.Records.
+func (b *backend) Scan(ctx context.Context, name, prefix string, fn func(string, *lockstate.State, time.Time) bool) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	out := make([]bool, len(keys))
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	t := now()
-	for i, k := range keys {
-		if l := s.b.locks[k.Name]; l != nil {
-			out[i] = l.state.Release(k.Name, k.Owner, t)
-			l.commit()
+	for n, st := range b.states {
+		if (name == "" || n == name) && strings.HasPrefix(n, prefix) && !fn(n, st.Clone(), t) {
+			break
 		}
 	}
-	return out, nil
+	return nil
 }
 
-func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	var out []driver.Holder
-	t := now()
-	for name, l := range s.b.locks {
-		if !strings.HasPrefix(name, f.Prefix) || (f.Name != "" && name != f.Name) {
-			continue
-		}
-		for _, h := range l.state.List(name, t) {
-			if f.Owner == "" || h.Owner == f.Owner {
-				out = append(out, h)
-			}
-		}
-	}
-	return out, nil
-}
-
-func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	var out []driver.Holder
-	t := now()
-	for name, l := range s.b.locks {
-		out = append(out, l.state.Expire(name, t)...)
-		l.commit()
-	}
-	return out, nil
-}
+// Close implements records.Records: the states stay with the backend.
+func (b *backend) Close() error { return nil }
 
 // Close closes this client; a named store is dropped with its last client.
 func (s *Store) Close() error {
@@ -192,45 +139,3 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
-
-// Watch implements driver.Waiter: a waiter wakes on every change of its
-// lock's state.
-func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	l := s.b.get(req.Name)
-	return &watch{b: s.b, l: l, ch: l.changed}, nil
-}
-
-type watch struct {
-	b  *backend
-	l  *lock
-	ch chan struct{} // the generation last waited for
-}
-
-func (w *watch) Wait(ctx context.Context) error {
-	select {
-	case <-w.ch:
-		w.b.mu.Lock()
-		w.ch = w.l.changed
-		w.b.mu.Unlock()
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Replay implements driver.Replayer: the lock remembers when an entry
-// last left.
-func (w *watch) Replay(since time.Time) bool {
-	w.b.mu.Lock()
-	defer w.b.mu.Unlock()
-	if !w.l.at.Before(since) {
-		w.ch = closed
-	}
-	return true
-}
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (w *watch) Close() error { return nil }

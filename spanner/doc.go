@@ -97,14 +97,16 @@
 //
 // # Waiting
 //
-// Spanner cannot notify a waiter, so a waiting Lock polls: it reads the
-// name's current row (one strong read) every few milliseconds, backing off
-// to Options.Poll, and tries again as soon as the grant rules applied to
-// what it read would grant its request (so only the waiters that can win
-// try, in FIFO order), or when baton's MaxPoll runs out. A hand-off costs
-// the releasing commit plus at most one poll. Each waiter costs up to
-// 1/Poll reads a second: for large fleets of electors that can wait, set
-// Poll to a good part of the TTL (spindle reads once per lease).
+// The store is built on package records (baton's record-store layer), which
+// wakes the waiters of this process at once. Spanner cannot notify the
+// others, so a waiting Lock polls: it reads the name's current row (one
+// strong read) every few milliseconds, backing off to Options.Poll, and
+// tries again as soon as the grant rules applied to what it read would
+// grant its request (so only the waiters that can win try, in FIFO order),
+// or when baton's MaxPoll runs out. A hand-off costs the releasing commit
+// plus at most one poll. Each waiter costs up to 1/Poll reads a second:
+// for large fleets of electors that can wait, set Poll to a good part of
+// the TTL (spindle reads once per lease).
 //
 // # Leader election, and spindle
 //

@@ -20,6 +20,8 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/lockstate"
+	"github.com/baton-go/baton/driver/records"
 )
 
 func init() {
@@ -57,10 +59,15 @@ var ErrClosed = errors.New("spanner: store is closed")
 // Store is a lock table in one Cloud Spanner database. It is safe for
 // concurrent use.
 type Store struct {
+	*records.Store
+	t *table
+}
+
+// table is the lock table: the records the Store works on.
+type table struct {
 	client *spanner.Client
 	owned  bool
 	table  string
-	poll   time.Duration
 	closed atomic.Bool
 
 	mu      sync.Mutex
@@ -95,7 +102,8 @@ func New(client *spanner.Client, opts *Options) (*Store, error) {
 	if o.Poll <= 0 {
 		o.Poll = DefaultPoll
 	}
-	return &Store{client: client, table: o.Table, poll: max(o.Poll, firstPoll)}, nil
+	t := &table{client: client, table: o.Table}
+	return &Store{Store: records.New(t, &records.Options{Poll: o.Poll}), t: t}, nil
 }
 
 // Open connects to database (projects/P/instances/I/databases/D) with a
@@ -126,8 +134,8 @@ func Open(ctx context.Context, database string, opts *Options, clientOpts ...opt
 		return nil, fmt.Errorf("spanner: %w", err)
 	}
 	s, _ := New(client, &o)
-	s.owned = true
-	if err := s.refreshClock(ctx); err != nil {
+	s.t.owned = true
+	if err := s.t.refreshClock(ctx); err != nil {
 		client.Close()
 		return nil, err
 	}
@@ -176,7 +184,7 @@ func parseURL(u *url.URL) (string, *Options, error) {
 }
 
 // Close closes the client if the store opened it.
-func (s *Store) Close() error {
+func (s *table) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -187,11 +195,11 @@ func (s *Store) Close() error {
 }
 
 // Table returns the name of the store's table.
-func (s *Store) Table() string { return s.table }
+func (s *Store) Table() string { return s.t.table }
 
 // observe takes a commit timestamp, seen now, as the store's clock if it
 // is later than the clock's own estimate.
-func (s *Store) observe(ts time.Time) {
+func (s *table) observe(ts time.Time) {
 	if ts.IsZero() {
 		return
 	}
@@ -206,13 +214,13 @@ func (s *Store) observe(ts time.Time) {
 // timestamp seen, which was in the past when it was seen (Spanner's commit
 // wait), plus 99% of the time since then by the local monotonic clock.
 // Caller holds mu.
-func (s *Store) estimate() time.Time {
+func (s *table) estimate() time.Time {
 	return s.clockTS.Add(time.Duration(float64(time.Since(s.clockAt)) * clockRate))
 }
 
 // now is the time decisions are made with: the clock's estimate, or the
 // latest stamp read if later (a commit in the past too).
-func (s *Store) now(stamps map[string]*name) time.Time {
+func (s *table) now(stamps map[string]*name) time.Time {
 	s.mu.Lock()
 	t := s.estimate()
 	s.mu.Unlock()
@@ -225,7 +233,7 @@ func (s *Store) now(stamps map[string]*name) time.Time {
 }
 
 // ensureClock refreshes the clock when it is unknown or old.
-func (s *Store) ensureClock(ctx context.Context) error {
+func (s *table) ensureClock(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -240,7 +248,7 @@ func (s *Store) ensureClock(ctx context.Context) error {
 
 // refreshClock commits a write to the clock row (name "") for its commit
 // timestamp.
-func (s *Store) refreshClock(ctx context.Context) error {
+func (s *table) refreshClock(ctx context.Context) error {
 	ts, err := s.client.Apply(ctx, []*spanner.Mutation{
 		spanner.InsertOrUpdate(s.table, []string{"name", "stamp"}, []any{"", spanner.CommitTimestamp}),
 	})
@@ -252,7 +260,7 @@ func (s *Store) refreshClock(ctx context.Context) error {
 }
 
 // wrap adds a hint to errors that mean the table is missing.
-func (s *Store) wrap(err error) error {
+func (s *table) wrap(err error) error {
 	if spanner.ErrCode(err) == codes.NotFound && strings.Contains(strings.ToLower(err.Error()), "table") {
 		return fmt.Errorf("spanner: table %s not found (create it with the statement from DDL, or Options.Create): %w", s.table, err)
 	}
@@ -263,50 +271,66 @@ func (s *Store) wrap(err error) error {
 // refusing (see retryable).
 const maxAttempts = 100
 
-// update reads the rows of keys in a read-write transaction, lets decide
-// change the names it read (adding names it creates to the map and setting
-// their dirty flag), and writes the changed names. Spanner's locks
-// serialize the transactions: a write that conflicts with another aborts,
-// and the client runs the transaction again from the read. It returns the
-// commit timestamp and whether anything was written.
-func (s *Store) update(ctx context.Context, keys spanner.KeySet, decide func(names map[string]*name, now time.Time)) (time.Time, bool, error) {
+// Update implements records.Records: one read-write transaction reads
+// the rows of names, fn decides on each, and the changed names are written
+// with the commit timestamp; Spanner's locks serialize the transactions (a
+// write that conflicts with another aborts, and the client runs the
+// transaction again from the read). The times fn set (equal to its now)
+// and the tokens of its new grants then become the commit's: see resolve.
+func (s *table) Update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) error {
 	if err := s.ensureClock(ctx); err != nil {
-		return time.Time{}, false, err
+		return err
 	}
 	for attempt := 1; ; attempt++ {
-		var wrote bool
+		var xs []*name
 		resp, err := s.client.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-			wrote = false
-			names := map[string]*name{}
-			if err := tx.Read(ctx, s.table, keys, cols).Do(func(r *spanner.Row) error { return readRow(r, names) }); err != nil {
+			got := map[string]*name{}
+			if err := tx.Read(ctx, s.table, namesOf(names), cols).Do(func(r *spanner.Row) error { return readRow(r, got) }); err != nil {
 				return err
 			}
-			decide(names, s.now(names))
+			// Not a whole microsecond, so that it never equals a time read
+			// (commit timestamps are whole microseconds): the times fn sets
+			// are told from the others by it (see touched).
+			now := s.now(got).Truncate(time.Microsecond).Add(time.Nanosecond)
+			xs = make([]*name, len(names))
 			var ms []*spanner.Mutation
-			for _, n := range slices.Sorted(maps.Keys(names)) {
-				if x := names[n]; x.dirty {
-					m, err := x.mutation(s.table)
-					if err != nil {
-						return err
-					}
-					ms = append(ms, m)
+			for i, n := range names {
+				x := got[n]
+				if x == nil {
+					x = &name{name: n}
 				}
+				xs[i] = x
+				seq := x.rec.Seq
+				if err := fn(i, &x.rec.State, now); err != nil {
+					return err
+				}
+				if !x.rec.Dirty {
+					continue
+				}
+				x.touched(now, seq)
+				m, err := x.mutation(s.table)
+				if err != nil {
+					return err
+				}
+				ms = append(ms, m)
 			}
 			if len(ms) == 0 {
 				return nil
 			}
-			wrote = true
 			return tx.BufferWrite(ms)
 		}, spanner.TransactionOptions{TransactionTag: "baton"})
 		if err == nil {
 			s.observe(resp.CommitTs)
-			return resp.CommitTs, wrote, nil
+			for _, x := range xs {
+				resolve(&x.rec, resp.CommitTs)
+			}
+			return nil
 		}
 		if ctx.Err() != nil {
-			return time.Time{}, false, fmt.Errorf("spanner: %w", context.Cause(ctx))
+			return fmt.Errorf("spanner: %w", context.Cause(ctx))
 		}
 		if !retryable(err) || attempt >= maxAttempts {
-			return time.Time{}, false, s.wrap(err)
+			return s.wrap(err)
 		}
 		// Lost a race on the emulator: try again after a short random
 		// pause, so that racers spread out.
@@ -348,56 +372,6 @@ var emulatorRaces = []string{
 	"Transaction was aborted",
 }
 
-// Acquire implements driver.Store: one read-write transaction (a read and
-// a commit).
-func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	var (
-		x    *name
-		g    *driver.Grant
-		aerr error
-	)
-	ts, _, err := s.update(ctx, spanner.KeySets(keyRange(req.Name)), func(names map[string]*name, now time.Time) {
-		x = names[req.Name]
-		if x == nil {
-			x = &name{name: req.Name}
-			names[req.Name] = x
-		}
-		before, queued := queueExpiry(&x.rec, req.Owner)
-		g, aerr = x.rec.Acquire(req, now)
-		switch {
-		case aerr == nil:
-			x.mark(req.Owner, false, !g.Extended)
-		case req.Queue:
-			if after, ok := queueExpiry(&x.rec, req.Owner); ok && (!queued || !after.Equal(before)) {
-				x.mark(req.Owner, true, !queued)
-			}
-		}
-		x.dirty = x.rec.Dirty
-	})
-	if err != nil {
-		return nil, err
-	}
-	if aerr != nil {
-		return nil, aerr
-	}
-	resolve(&x.rec, ts)
-	out := grantOf(&x.rec, req.Owner)
-	if out == nil {
-		return nil, fmt.Errorf("spanner: lock %q: granted hold missing from the state", req.Name)
-	}
-	out.Extended = g.Extended
-	return out, nil
-}
-
-func queueExpiry(rec *record, owner string) (time.Time, bool) {
-	for _, e := range rec.Queue {
-		if e.Owner == owner {
-			return e.Expires, true
-		}
-	}
-	return time.Time{}, false
-}
-
 // namesOf selects the rows of the given lock names.
 func namesOf(ns []string) spanner.KeySet {
 	ns = slices.Compact(slices.Sorted(slices.Values(ns)))
@@ -408,74 +382,9 @@ func namesOf(ns []string) spanner.KeySet {
 	return spanner.KeySets(ks...)
 }
 
-// Renew implements driver.Store: the whole batch is one read-write
-// transaction.
-func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
-	out := make([]*driver.Grant, len(holds))
-	if len(holds) == 0 {
-		return out, nil
-	}
-	ns := make([]string, len(holds))
-	for i, h := range holds {
-		ns[i] = h.Name
-	}
-	var xs []*name
-	ts, _, err := s.update(ctx, namesOf(ns), func(names map[string]*name, now time.Time) {
-		xs = make([]*name, len(holds))
-		for i, h := range holds {
-			x := names[h.Name]
-			if x == nil || x.rec.Renew(h.Name, h.Owner, h.TTL, now) == nil {
-				if x != nil {
-					x.dirty = x.dirty || x.rec.Dirty
-				}
-				continue
-			}
-			x.mark(h.Owner, false, false)
-			x.dirty = true
-			xs[i] = x
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i, x := range xs {
-		if x != nil {
-			resolve(&x.rec, ts)
-			out[i] = grantOf(&x.rec, holds[i].Owner)
-		}
-	}
-	return out, nil
-}
-
-// Release implements driver.Store: the whole batch is one read-write
-// transaction.
-func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
-	out := make([]bool, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	ns := make([]string, len(keys))
-	for i, k := range keys {
-		ns[i] = k.Name
-	}
-	_, _, err := s.update(ctx, namesOf(ns), func(names map[string]*name, now time.Time) {
-		for i, k := range keys {
-			out[i] = false
-			if x := names[k.Name]; x != nil {
-				out[i] = x.rec.Release(k.Name, k.Owner, now)
-				x.dirty = x.dirty || x.rec.Dirty
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // read reads the current rows of keys outside any transaction (a strong
 // read).
-func (s *Store) read(ctx context.Context, keys spanner.KeySet) (map[string]*name, error) {
+func (s *table) read(ctx context.Context, keys spanner.KeySet) (map[string]*name, error) {
 	names := map[string]*name{}
 	err := s.client.Single().Read(ctx, s.table, keys, cols).Do(func(r *spanner.Row) error { return readRow(r, names) })
 	if err != nil {
@@ -484,80 +393,25 @@ func (s *Store) read(ctx context.Context, keys spanner.KeySet) (map[string]*name
 	return names, nil
 }
 
-// List implements driver.Store: one strong read (of the name, of the
-// prefix's key range, or of the whole table when the filter has neither).
-func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
+// Scan implements records.Records: one strong read (of the name, or of
+// the prefix's key range, the whole table for none).
+func (s *table) Scan(ctx context.Context, n, prefix string, fn func(string, *lockstate.State, time.Time) bool) error {
 	if err := s.ensureClock(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	keys := prefixKeys(f.Prefix)
-	if f.Name != "" {
-		keys = spanner.KeySets(keyRange(f.Name))
+	keys := prefixKeys(prefix)
+	if n != "" {
+		keys = spanner.KeySets(keyRange(n))
 	}
-	names, err := s.read(ctx, keys)
+	got, err := s.read(ctx, keys)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	now := s.now(names)
-	var out []driver.Holder
-	for _, n := range slices.Sorted(maps.Keys(names)) {
-		if f.Name != "" && n != f.Name || !strings.HasPrefix(n, f.Prefix) {
-			continue
-		}
-		for _, h := range names[n].rec.List(n, now) {
-			if f.Owner == "" || h.Owner == f.Owner {
-				out = append(out, h)
-			}
+	now := s.now(got)
+	for _, nm := range slices.Sorted(maps.Keys(got)) {
+		if (n == "" || nm == n) && strings.HasPrefix(nm, prefix) && !fn(nm, &got[nm].rec.State, now) {
+			break
 		}
 	}
-	return out, nil
-}
-
-// Purge implements driver.Store: a read of the whole table, then one
-// read-write transaction per 100 names with expired entries.
-func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
-	if err := s.ensureClock(ctx); err != nil {
-		return nil, err
-	}
-	names, err := s.read(ctx, spanner.AllKeys())
-	if err != nil {
-		return nil, err
-	}
-	now := s.now(names)
-	var stale []string
-	for _, n := range slices.Sorted(maps.Keys(names)) {
-		for _, h := range names[n].rec.List(n, now) {
-			if h.Left <= 0 {
-				stale = append(stale, n)
-				break
-			}
-		}
-	}
-	var out []driver.Holder
-	for len(stale) > 0 {
-		chunk := stale[:min(len(stale), 100)]
-		stale = stale[len(chunk):]
-		var gone []driver.Holder
-		_, _, err := s.update(ctx, namesOf(chunk), func(names map[string]*name, now time.Time) {
-			gone = gone[:0]
-			for _, n := range chunk {
-				x := names[n]
-				if x == nil {
-					continue
-				}
-				for _, h := range x.rec.List(n, now) {
-					if h.Left <= 0 {
-						gone = append(gone, h)
-					}
-				}
-				x.rec.Expire(n, now)
-				x.dirty = x.rec.Dirty
-			}
-		})
-		if err != nil {
-			return out, err
-		}
-		out = append(out, gone...)
-	}
-	return out, nil
+	return nil
 }

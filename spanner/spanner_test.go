@@ -468,3 +468,10 @@ func TestNewWithClient(t *testing.T) {
 		}
 	})
 }
+
+// TestModel checks the store, on the record layer, against lockstate.
+func TestModel(t *testing.T) {
+	eachServer(t, func(t *testing.T) {
+		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t) }, Steps: 300})
+	})
+}

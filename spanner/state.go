@@ -7,7 +7,6 @@ import (
 
 	"cloud.google.com/go/spanner"
 
-	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
 )
 
@@ -32,7 +31,6 @@ type name struct {
 	name  string
 	rec   record
 	stamp time.Time // commit timestamp of the row's last write
-	dirty bool      // rec changed: write it back
 }
 
 var cols = []string{"name", "state", "stamp"}
@@ -88,15 +86,22 @@ func resolve(rec *record, ts time.Time) {
 	rec.Pending = nil
 }
 
-// mark records that this write touched owner's entry.
-func (x *name) mark(owner string, queued, isNew bool) {
-	for i, p := range x.rec.Pending {
-		if p.Owner == owner && p.Queued == queued {
-			x.rec.Pending[i].New = p.New || isNew
-			return
+// touched records, as pending, the entries a decision at now set (their
+// renewal time is now) and, as new, those it created (their creation
+// time is now): their times, and the tokens of new holds (above seq, the
+// counter it read), are the commit's, known once it commits.
+func (x *name) touched(now time.Time, seq uint64) {
+	x.rec.Pending = x.rec.Pending[:0]
+	for _, es := range []struct {
+		es     []lockstate.Entry
+		queued bool
+	}{{x.rec.Holders, false}, {x.rec.Queue, true}} {
+		for _, e := range es.es {
+			if e.Renewed.Equal(now) {
+				x.rec.Pending = append(x.rec.Pending, pending{Owner: e.Owner, Queued: es.queued, New: e.Created.Equal(now) && (es.queued || e.Token > seq)})
+			}
 		}
 	}
-	x.rec.Pending = append(x.rec.Pending, pending{Owner: owner, Queued: queued, New: isNew})
 }
 
 // mutation writes x's new state, stamped with the commit timestamp. The
@@ -108,16 +113,6 @@ func (x *name) mutation(table string) (*spanner.Mutation, error) {
 		return nil, err
 	}
 	return spanner.InsertOrUpdate(table, cols, []any{x.name, state, spanner.CommitTimestamp}), nil
-}
-
-// grant is the entry of a grant or renewal of owner, resolved.
-func grantOf(rec *record, owner string) *driver.Grant {
-	for _, e := range rec.Holders {
-		if e.Owner == owner {
-			return &driver.Grant{Token: e.Token, Created: e.Created, Renewed: e.Renewed, Expires: e.Expires}
-		}
-	}
-	return nil
 }
 
 // keyRange selects every row of one lock name.

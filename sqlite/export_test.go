@@ -3,13 +3,13 @@ package sqlite
 // Test hooks.
 
 // SetBootID makes s act as if the machine were in boot id.
-func SetBootID(s *Store, id string) { s.boot = id }
+func SetBootID(s *Store, id string) { s.db.boot = id }
 
 // ParseURL is parseURL.
 var ParseURL = parseURL
 
 // Path is the cleaned path of s's file.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string { return s.db.path }
 
 // Watching reports whether this process runs a file-system watcher for
 // the database file at path.

@@ -8,8 +8,6 @@ import (
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/baton-go/baton/driver"
 )
 
 // shared is what the Stores and Watches of this process that use one
@@ -194,55 +192,22 @@ func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan s
 	}
 }
 
-// Watch implements driver.Waiter. A Watch wakes on every commit to the
-// database file: at once for commits made in this process, and through the
-// doorbell file (see ring) for commits made by other processes.
-// Wake-ups are not filtered by lock name, so some are spurious.
-func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
+// Notify implements records.Notifier: a change is any commit to the
+// database file, seen at once for this process's commits and through the
+// doorbell file (see ring) for other processes'. Notifications are not
+// filtered by lock name, so some wake-ups are spurious.
+func (d *db) Notify(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	registryMu.Lock()
-	s.sh.refs++
+	d.sh.refs++
 	registryMu.Unlock()
-	w := &watch{sh: s.sh, ch: s.sh.generation()}
-	s.sh.startWatch()
-	return w, nil
-}
-
-type watch struct {
-	sh     *shared
-	mu     sync.Mutex
-	ch     <-chan struct{} // the generation last waited for
-	closed bool
-}
-
-func (w *watch) Wait(ctx context.Context) error {
-	w.mu.Lock()
-	ch := w.ch
-	w.mu.Unlock()
-	select {
-	case <-ch:
-		w.mu.Lock()
-		w.ch = w.sh.generation()
-		w.mu.Unlock()
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (w *watch) Close() error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return nil
-	}
-	w.closed = true
-	w.mu.Unlock()
-	w.sh.release()
-	return nil
+	ch := d.sh.generation()
+	d.sh.startWatch()
+	var once sync.Once
+	return ch, func() { once.Do(d.sh.release) }, nil
 }

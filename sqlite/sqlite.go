@@ -38,10 +38,11 @@
 // exist already. The database is switched to WAL mode, which persists in
 // the file.
 //
-// Every call is one transaction: Acquire, Renew, Release and Purge take the
-// write lock at once (BEGIN IMMEDIATE), read the rows they need, apply the
-// grant rules of package lockstate, and write back what changed. Renew and
-// Release handle their whole batch in one transaction. A waiting Acquire
+// The store is built on package records: every call is one transaction.
+// Acquire, Renew and Release take the write lock at once (BEGIN
+// IMMEDIATE), read the rows they need, apply the grant rules of package
+// lockstate, and write back what changed; Renew and Release handle their
+// whole batch in one transaction, Purge 100 names at a time. A waiting Acquire
 // that would change nothing (the lock is still taken and its place in the
 // queue needs no refresh) is answered from a plain read, without taking
 // the write lock. Commits are synchronous (PRAGMA synchronous=FULL), so
@@ -58,8 +59,9 @@
 // changes of the wall clock. Monotonic instants mean nothing after a
 // reboot, so each row also records the boot it was written in
 // (/proc/sys/kernel/random/boot_id): holders and waiters recorded in
-// another boot are dropped (they died with it), while the counters are
-// kept; Open fails if the boot id cannot be read. A state that has an
+// another boot are expired (they died with it: they block nobody, and
+// Purge reports them), while the counters are kept; Open fails if the
+// boot id cannot be read. A state that has an
 // entry renewed later than now (the clock restarted) is treated the same.
 // Every process using a file must therefore run on the same kernel:
 // containers on one host share its clock and boot id (a process in a time
@@ -115,6 +117,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
+	"github.com/baton-go/baton/driver/records"
 )
 
 func init() {
@@ -155,14 +158,20 @@ var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // Store is a client of a lock table in an SQLite database file. It is safe
 // for concurrent use.
 type Store struct {
-	db    *sql.DB
+	*records.Store
+	db *db
+}
+
+// db is the lock table of one file: the records the Store works on.
+type db struct {
+	sql   *sql.DB
 	path  string // cleaned absolute path of the file
 	table string
 	busy  time.Duration
 	sh    *shared
 	boot  string // id of the current boot ("" outside Linux)
 
-	qGet, qNamed, qUpsert, qAll, qPrefix string
+	qGet, qNamed, qUpsert, qPrefix string
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -207,29 +216,28 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("sqlite: open %s with Options.NoCreate: %w", path, err)
 		}
 	}
-	db, err := sql.Open("sqlite", dsn(path, o.NoCreate))
+	conn, err := sql.Open("sqlite", dsn(path, o.NoCreate))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	db.SetMaxOpenConns(4)
-	db.SetMaxIdleConns(4)
-	s := &Store{
-		db: db, path: path, table: o.Table, busy: o.BusyTimeout, boot: boot,
+	conn.SetMaxOpenConns(4)
+	conn.SetMaxIdleConns(4)
+	d := &db{
+		sql: conn, path: path, table: o.Table, busy: o.BusyTimeout, boot: boot,
 		sh: acquireShared(path),
 	}
 	q := `"` + o.Table + `"`
-	s.qGet = `SELECT state FROM ` + q + ` WHERE name = ?`
-	s.qNamed = `SELECT name, state FROM ` + q + ` WHERE name = ?`
-	s.qUpsert = `INSERT INTO ` + q + ` (name, state) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET state = excluded.state`
+	d.qGet = `SELECT state FROM ` + q + ` WHERE name = ?`
+	d.qNamed = `SELECT name, state FROM ` + q + ` WHERE name = ?`
+	d.qUpsert = `INSERT INTO ` + q + ` (name, state) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET state = excluded.state`
 	// Rows of idle names ({"seq":N,"ticket":M}) have neither key.
 	active := `(state LIKE '%"holders":%' OR state LIKE '%"queue":%')`
-	s.qAll = `SELECT name, state FROM ` + q + ` WHERE ` + active
-	s.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
-	if err := s.setup(ctx, o.NoCreate); err != nil {
-		s.Close()
+	d.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
+	if err := d.setup(ctx, o.NoCreate); err != nil {
+		d.Close()
 		return nil, err
 	}
-	return s, nil
+	return &Store{Store: records.New(d, &records.Options{Wall: toWall, ReadFirst: true}), db: d}, nil
 }
 
 // cleanPath returns path absolute, cleaned and, where the file or its
@@ -291,28 +299,28 @@ func ddl(table string) string {
 
 // setup switches the file to WAL mode, creates the table (unless noCreate)
 // and checks it. Several processes may do this at once on a new file.
-func (s *Store) setup(ctx context.Context, noCreate bool) error {
+func (d *db) setup(ctx context.Context, noCreate bool) error {
 	var mode string
-	err := s.retry(ctx, func() error {
-		return s.db.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+	err := d.retry(ctx, func() error {
+		return d.sql.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
 	})
 	if err != nil {
-		return s.openErr("switch to WAL mode", err)
+		return d.openErr("switch to WAL mode", err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("sqlite: open %s: cannot switch to WAL mode (journal mode is %q)", s.path, mode)
+		return fmt.Errorf("sqlite: open %s: cannot switch to WAL mode (journal mode is %q)", d.path, mode)
 	}
 	if !noCreate {
-		err := s.retry(ctx, func() error {
-			_, err := s.db.ExecContext(ctx, ddl(s.table))
+		err := d.retry(ctx, func() error {
+			_, err := d.sql.ExecContext(ctx, ddl(d.table))
 			return err
 		})
 		if err != nil {
-			return s.openErr(fmt.Sprintf("create table %q", s.table), err)
+			return d.openErr(fmt.Sprintf("create table %q", d.table), err)
 		}
 	}
-	err = s.retry(ctx, func() error {
-		rows, err := s.db.QueryContext(ctx, `SELECT name, state FROM "`+s.table+`" LIMIT 0`)
+	err = d.retry(ctx, func() error {
+		rows, err := d.sql.QueryContext(ctx, `SELECT name, state FROM "`+d.table+`" LIMIT 0`)
 		if err != nil {
 			return err
 		}
@@ -321,30 +329,30 @@ func (s *Store) setup(ctx context.Context, noCreate bool) error {
 	if err != nil {
 		if noCreate {
 			return fmt.Errorf("sqlite: open %s: table %q is missing or lacks the columns name and state (Options.NoCreate is set; create it with: %s): %w",
-				s.path, s.table, ddl(s.table), err)
+				d.path, d.table, ddl(d.table), err)
 		}
-		return s.openErr(fmt.Sprintf("check table %q", s.table), err)
+		return d.openErr(fmt.Sprintf("check table %q", d.table), err)
 	}
 	return nil
 }
 
-func (s *Store) openErr(what string, err error) error {
-	return fmt.Errorf("sqlite: open %s: %s: %w", s.path, what, err)
+func (d *db) openErr(what string, err error) error {
+	return fmt.Errorf("sqlite: open %s: %s: %w", d.path, what, err)
 }
 
 // Close closes the database. Watches of the store stay usable until their
 // own Close.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		s.closeErr = s.db.Close()
-		s.sh.release()
+func (d *db) Close() error {
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		d.closeErr = d.sql.Close()
+		d.sh.release()
 	})
-	return s.closeErr
+	return d.closeErr
 }
 
-func (s *Store) checkOpen() error {
-	if s.closed.Load() {
+func (d *db) checkOpen() error {
+	if d.closed.Load() {
 		return ErrClosed
 	}
 	return nil
@@ -367,7 +375,7 @@ func isBusy(err error) bool {
 // retry runs fn until it succeeds, fails with an error other than
 // SQLITE_BUSY/LOCKED, ctx ends, or the busy timeout passes, sleeping a
 // little (with jitter) between attempts.
-func (s *Store) retry(ctx context.Context, fn func() error) error {
+func (d *db) retry(ctx context.Context, fn func() error) error {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		err := fn()
@@ -380,8 +388,8 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 		if !isBusy(err) {
 			return err
 		}
-		if time.Since(start) >= s.busy {
-			return fmt.Errorf("database %s stayed locked by another connection for %v: %w", s.path, s.busy, err)
+		if time.Since(start) >= d.busy {
+			return fmt.Errorf("database %s stayed locked by another connection for %v: %w", d.path, d.busy, err)
 		}
 		d := min(time.Millisecond<<min(attempt, 5), 20*time.Millisecond)
 		t := time.NewTimer(d/2 + rand.N(d/2+1))
@@ -417,7 +425,7 @@ type clock struct {
 // converts to the same wall time.
 var wallOffset atomic.Int64
 
-func (s *Store) clock() clock {
+func (d *db) clock() clock {
 	mono := monoNow()
 	if clockIsWall {
 		return clock{now: time.Unix(0, mono).UTC()}
@@ -431,53 +439,42 @@ func (s *Store) clock() clock {
 	return clock{now: time.Unix(0, mono).UTC(), wall: off}
 }
 
-// toWall converts an instant of the store's clock to the wall clock.
-func (c *clock) toWall(t time.Time, off int64) time.Time {
+// toWall converts an instant of the store's clock to the wall clock, for
+// what the store reports.
+func toWall(t time.Time) time.Time {
 	if clockIsWall || t.IsZero() {
 		return t
 	}
-	return time.Unix(0, t.UnixNano()+off)
+	return time.Unix(0, t.UnixNano()+wallOffset.Load())
 }
 
-func (c *clock) holder(h driver.Holder, off int64) driver.Holder {
-	h.Created, h.Renewed, h.Expires = c.toWall(h.Created, off), c.toWall(h.Renewed, off), c.toWall(h.Expires, off)
-	return h
-}
-
-func (c *clock) grant(g *driver.Grant) *driver.Grant {
-	if g != nil {
-		g.Created, g.Renewed, g.Expires = c.toWall(g.Created, c.wall), c.toWall(g.Renewed, c.wall), c.toWall(g.Expires, c.wall)
-	}
-	return g
-}
-
-// decode parses a row's state as seen at c.now. Holders and queue entries
-// of another boot are dropped (the state is then Dirty) and, holders only,
-// returned with times dated by the wall clock.
-func (s *Store) decode(name string, data []byte, c *clock) (*record, []driver.Holder, error) {
+// decode parses a row's state as seen at c.now. The holders and queue
+// entries of another boot are kept, expired at c.now, with their times
+// moved to this boot's clock by the wall clock, so that the rules drop
+// them and Purge reports them.
+func (d *db) decode(name string, data []byte, c *clock) (*record, error) {
 	r := &record{}
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, s.table, err)
+		return nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, d.table, err)
 	}
-	if r.Idle() || !s.stale(r, c.now) {
-		return r, nil, nil
+	if r.Idle() || !d.stale(r, c.now) {
+		return r, nil
 	}
-	var gone []driver.Holder
-	for _, h := range r.List(name, c.now) {
-		if !h.Queued {
-			h.Left = 0
-			gone = append(gone, c.holder(h, r.Wall))
+	shift := time.Duration(r.Wall - c.wall)
+	for _, es := range [][]lockstate.Entry{r.Holders, r.Queue} {
+		for i := range es {
+			e := &es[i]
+			e.Created, e.Renewed, e.Expires = e.Created.Add(shift), e.Renewed.Add(shift), c.now
 		}
 	}
-	r.Holders, r.Queue, r.Dirty = nil, nil, true
-	return r, gone, nil
+	return r, nil
 }
 
 // stale reports whether r's entries were recorded in another boot: its
 // boot id differs, or it has an entry renewed later than now (the
 // monotonic clock restarted).
-func (s *Store) stale(r *record, now time.Time) bool {
-	if r.Boot != s.boot {
+func (d *db) stale(r *record, now time.Time) bool {
+	if r.Boot != d.boot {
 		return true
 	}
 	if clockIsWall {
@@ -494,10 +491,10 @@ func (s *Store) stale(r *record, now time.Time) bool {
 }
 
 // encode returns the row's state to store: compact when idle.
-func (s *Store) encode(r *record, c *clock) ([]byte, error) {
+func (d *db) encode(r *record, c *clock) ([]byte, error) {
 	out := record{State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
 	if !r.Idle() {
-		out = record{Boot: s.boot, Wall: c.wall, State: r.State}
+		out = record{Boot: d.boot, Wall: c.wall, State: r.State}
 	}
 	return json.Marshal(&out)
 }
@@ -514,31 +511,61 @@ func get(ctx context.Context, q interface {
 	return data, err == nil, err
 }
 
-// write runs fn in one write transaction (BEGIN IMMEDIATE), committing if
-// fn reports a change and waking this process's waiters after the commit.
-// fn may be run more than once (when the database is busy): it must set
-// its results afresh each time. It reads the store's clock only once the
-// write lock is held, so that every state it reads was written earlier by
-// that clock.
-func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, c *clock) (changed bool, err error)) error {
-	if err := s.checkOpen(); err != nil {
+// Update implements records.Records: one write transaction (BEGIN
+// IMMEDIATE), committed if a state changed, after which this process's
+// waiters are woken and the doorbell rings for the others. It may run fn
+// more than once (when the database is busy). It reads the store's clock
+// only once the write lock is held, so that every state it reads was
+// written earlier by that clock.
+func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) error {
+	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	if err := s.sh.lockWrite(ctx); err != nil {
-		return fmt.Errorf("sqlite: %s: %w", op, err)
+	if err := d.sh.lockWrite(ctx); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
 	}
-	defer s.sh.unlockWrite()
+	defer d.sh.unlockWrite()
 	changed := false
-	err := s.retry(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
+	err := d.retry(ctx, func() error {
+		tx, err := d.sql.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		c := s.clock()
-		ch, err := fn(tx, &c)
-		if err != nil || !ch {
-			return err
+		c := d.clock()
+		rs := make([]*record, len(names))
+		dirty := false
+		for i, n := range names {
+			r := &record{}
+			data, found, err := get(ctx, tx, d.qGet, n)
+			if err != nil {
+				return err
+			}
+			if found {
+				if r, err = d.decode(n, data, &c); err != nil {
+					return err
+				}
+			}
+			if err := fn(i, &r.State, c.now); err != nil {
+				return err
+			}
+			rs[i] = r
+			dirty = dirty || r.Dirty
+		}
+		if !dirty {
+			return nil
+		}
+		for i, r := range rs {
+			if !r.Dirty {
+				continue
+			}
+			data, err := d.encode(r, &c)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, d.qUpsert, names[i], string(data)); err != nil {
+				return err
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return err
@@ -547,310 +574,73 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx, c *clo
 		return nil
 	})
 	if changed {
-		s.sh.broadcast()
-		s.sh.ring()
+		d.sh.broadcast()
+		d.sh.ring()
 	}
 	if err != nil {
-		return s.opErr(op, err)
+		return d.opErr(err)
 	}
 	return nil
 }
 
-func (s *Store) opErr(op string, err error) error {
-	if s.closed.Load() {
-		return fmt.Errorf("sqlite: %s: %w", op, ErrClosed)
+func (d *db) opErr(err error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("sqlite: %w", ErrClosed)
 	}
-	return fmt.Errorf("sqlite: %s: %w", op, err)
+	return fmt.Errorf("sqlite: %w", err)
 }
 
-// Acquire implements driver.Store.
-func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	if req.Queue {
-		// A waiter polls: answer from a plain read when the request is
-		// not granted and nothing would change.
-		busy, err := s.acquireRead(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		if busy != nil {
-			return nil, busy
-		}
-	}
-	var (
-		g    *driver.Grant
-		gerr error
-		conv clock
-	)
-	err := s.write(ctx, "acquire", func(tx *sql.Tx, c *clock) (bool, error) {
-		g, gerr, conv = nil, nil, *c
-		data, found, err := get(ctx, tx, s.qGet, req.Name)
-		if err != nil {
-			return false, err
-		}
-		r := &record{}
-		if found {
-			if r, _, err = s.decode(req.Name, data, c); err != nil {
-				return false, err
-			}
-		}
-		g, gerr = r.Acquire(req, c.now)
-		if !r.Dirty {
-			return false, nil
-		}
-		return true, s.put(ctx, tx, req.Name, r, c)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if gerr != nil {
-		return nil, gerr
-	}
-	return conv.grant(g), nil
-}
-
-// acquireRead applies req to a plain read of its row and returns the Busy
-// error if the request is not granted and the state would not change;
-// nil, nil otherwise.
-func (s *Store) acquireRead(ctx context.Context, req *driver.Request) (*driver.Busy, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	var data []byte
-	var found bool
-	err := s.retry(ctx, func() (err error) {
-		data, found, err = get(ctx, s.db, s.qGet, req.Name)
-		return err
-	})
-	if err != nil {
-		return nil, s.opErr("acquire", err)
-	}
-	if !found {
-		return nil, nil
-	}
-	c := s.clock() // read after the row: the row is older than now
-	r, _, err := s.decode(req.Name, data, &c)
-	if err != nil {
-		return nil, s.opErr("acquire", err)
-	}
-	_, gerr := r.Acquire(req, c.now)
-	var busy *driver.Busy
-	if !r.Dirty && errors.As(gerr, &busy) {
-		return busy, nil
-	}
-	return nil, nil
-}
-
-func (s *Store) put(ctx context.Context, tx *sql.Tx, name string, r *record, c *clock) error {
-	data, err := s.encode(r, c)
-	if err != nil {
+// Scan implements records.Records: one read of the rows that have holders
+// or queue entries (of name, or starting with prefix), without the write
+// lock.
+func (d *db) Scan(ctx context.Context, name, prefix string, fn func(string, *lockstate.State, time.Time) bool) error {
+	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, s.qUpsert, name, string(data))
-	return err
-}
-
-// batch reads, within tx, the rows of names (each once) that exist.
-func (s *Store) batch(ctx context.Context, tx *sql.Tx, c *clock, names []string) (map[string]*record, error) {
-	rs := make(map[string]*record, len(names))
-	for _, n := range names {
-		if _, seen := rs[n]; seen {
-			continue
-		}
-		data, found, err := get(ctx, tx, s.qGet, n)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			rs[n] = nil
-			continue
-		}
-		if rs[n], _, err = s.decode(n, data, c); err != nil {
-			return nil, err
-		}
+	type row struct {
+		name string
+		data []byte
 	}
-	return rs, nil
-}
-
-// flush writes back the rows of rs that changed.
-func (s *Store) flush(ctx context.Context, tx *sql.Tx, c *clock, rs map[string]*record) (bool, error) {
-	changed := false
-	for n, r := range rs {
-		if r != nil && r.Dirty {
-			if err := s.put(ctx, tx, n, r, c); err != nil {
-				return false, err
-			}
-			changed = true
-		}
-	}
-	return changed, nil
-}
-
-// Renew implements driver.Store: the whole batch is one transaction.
-func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
-	out := make([]*driver.Grant, len(holds))
-	if len(holds) == 0 {
-		return out, s.checkOpen()
-	}
-	names := make([]string, len(holds))
-	for i, h := range holds {
-		names[i] = h.Name
-	}
-	var conv clock
-	err := s.write(ctx, "renew", func(tx *sql.Tx, c *clock) (bool, error) {
-		clear(out)
-		conv = *c
-		rs, err := s.batch(ctx, tx, c, names)
-		if err != nil {
-			return false, err
-		}
-		for i, h := range holds {
-			if r := rs[h.Name]; r != nil {
-				out[i] = r.Renew(h.Name, h.Owner, h.TTL, c.now)
-			}
-		}
-		return s.flush(ctx, tx, c, rs)
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range out {
-		conv.grant(g)
-	}
-	return out, nil
-}
-
-// Release implements driver.Store: the whole batch is one transaction.
-func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
-	out := make([]bool, len(keys))
-	if len(keys) == 0 {
-		return out, s.checkOpen()
-	}
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = k.Name
-	}
-	err := s.write(ctx, "release", func(tx *sql.Tx, c *clock) (bool, error) {
-		clear(out)
-		rs, err := s.batch(ctx, tx, c, names)
-		if err != nil {
-			return false, err
-		}
-		for i, k := range keys {
-			if r := rs[k.Name]; r != nil {
-				out[i] = r.Release(k.Name, k.Owner, c.now)
-			}
-		}
-		return s.flush(ctx, tx, c, rs)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// List implements driver.Store. It honours f.Name, f.Prefix and f.Owner,
-// and reads one consistent snapshot without taking the write lock.
-func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	if f == nil {
-		f = &driver.Filter{}
-	}
-	var out []driver.Holder
-	err := s.retry(ctx, func() error {
-		out = out[:0]
+	var rs []row
+	err := d.retry(ctx, func() error {
+		rs = rs[:0]
 		var rows *sql.Rows
 		var err error
-		if f.Name != "" {
-			rows, err = s.db.QueryContext(ctx, s.qNamed, f.Name)
+		if name != "" {
+			rows, err = d.sql.QueryContext(ctx, d.qNamed, name)
 		} else {
-			rows, err = s.db.QueryContext(ctx, s.qPrefix, f.Prefix)
+			rows, err = d.sql.QueryContext(ctx, d.qPrefix, prefix)
 		}
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
-		type row struct {
-			name string
-			data []byte
-		}
-		var rs []row
 		for rows.Next() {
 			var r row
 			if err := rows.Scan(&r.name, &r.data); err != nil {
 				return err
 			}
-			if !strings.HasPrefix(r.name, f.Prefix) {
+			if !strings.HasPrefix(r.name, prefix) {
 				break // rows come in name order
 			}
 			rs = append(rs, r)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows.Close()
-		c := s.clock() // read after the rows: they are older than now
-		for _, row := range rs {
-			r, _, err := s.decode(row.name, row.data, &c)
-			if err != nil {
-				return err
-			}
-			for _, h := range r.List(row.name, c.now) {
-				if f.Owner == "" || h.Owner == f.Owner {
-					out = append(out, c.holder(h, c.wall))
-				}
-			}
-		}
-		return nil
+		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.opErr("list", err)
+		return d.opErr(err)
 	}
-	return out, nil
-}
-
-// Purge implements driver.Store: one transaction drops the expired holders
-// and queue entries of every name, and those of an earlier boot.
-func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
-	var out []driver.Holder
-	err := s.write(ctx, "purge", func(tx *sql.Tx, c *clock) (bool, error) {
-		out = out[:0]
-		rows, err := tx.QueryContext(ctx, s.qAll)
+	c := d.clock() // read after the rows: they are older than now
+	for _, row := range rs {
+		r, err := d.decode(row.name, row.data, &c)
 		if err != nil {
-			return false, err
+			return d.opErr(err)
 		}
-		rs := map[string]*record{}
-		for rows.Next() {
-			var name string
-			var data []byte
-			if err := rows.Scan(&name, &data); err != nil {
-				rows.Close()
-				return false, err
-			}
-			r, gone, err := s.decode(name, data, c)
-			if err != nil {
-				rows.Close()
-				return false, err
-			}
-			out = append(out, gone...)
-			for _, h := range r.Expire(name, c.now) {
-				out = append(out, c.holder(h, c.wall))
-			}
-			rs[name] = r
+		if !fn(row.name, &r.State, c.now) {
+			break
 		}
-		if err := rows.Close(); err != nil {
-			return false, err
-		}
-		if err := rows.Err(); err != nil {
-			return false, err
-		}
-		return s.flush(ctx, tx, c, rs)
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
+	return nil
 }
 
 // parseURL reads sqlite:///abs/path.db or sqlite:rel/path.db, with the

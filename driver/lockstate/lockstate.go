@@ -33,6 +33,7 @@ package lockstate
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/baton-go/baton/driver"
@@ -217,6 +218,13 @@ func (s *State) Release(name, owner string, now time.Time) bool {
 	s.Holders = append(s.Holders[:i], s.Holders[i+1:]...)
 	s.Dirty, s.Freed = true, true
 	return true
+}
+
+// Clone returns a copy of s that shares nothing s's methods change.
+func (s *State) Clone() *State {
+	c := *s
+	c.Holders, c.Queue = slices.Clone(s.Holders), slices.Clone(s.Queue)
+	return &c
 }
 
 // Idle reports whether nothing holds or waits for the name. An idle state
