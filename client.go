@@ -114,10 +114,14 @@ type Client struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
+	epoch time.Time // origin of the grid of renew times (see renewTime)
+
 	mu     sync.Mutex
 	closed bool
 	leases map[driver.Key]*Lease
 	// keepalive state, guarded by mu
+	slots     slotHeap                // leases to keep alive, by renew time
+	slotAt    map[time.Duration]*slot // the same slots, by time (from epoch)
 	kaRunning bool
 	kaWake    chan struct{}
 	// sessions watched for stores whose holds live in a store session
@@ -157,9 +161,11 @@ func New(store driver.Store, opts *Options) (*Client, error) {
 	c := &Client{
 		store:    store,
 		opts:     o,
+		epoch:    time.Now(),
 		log:      cmp.Or(o.Logger, discardLogger),
 		leases:   make(map[driver.Key]*Lease),
 		kaWake:   make(chan struct{}, 1),
+		slotAt:   make(map[time.Duration]*slot),
 		sessions: make(map[driver.Session]*sessionWatch),
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -514,12 +520,9 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}
 	}
 	sent := time.Now()
-	gs, err := c.store.Renew(ctx, holds)
-	if err != nil {
-		return nil, storeErr("renew owner", owner, err)
-	}
+	gs, err := c.renewHolds(ctx, holds)
 	out := hs[:0]
-	for i, g := range gs {
+	for i, g := range gs { // those renewed before any error
 		if g == nil {
 			continue
 		}
@@ -528,9 +531,41 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 		out = append(out, h)
 		if l := c.lease(driver.Key{Name: h.Name, Owner: owner}); l != nil {
 			l.renewed(g, sent, ttl)
+			c.schedule(l)
 		}
 	}
+	if err != nil {
+		return nil, storeErr("renew owner", owner, err)
+	}
 	return out, nil
+}
+
+// renewHolds renews holds in calls of at most maxBatch holds. After an
+// error, it returns the grants of the calls that succeeded before it.
+func (c *Client) renewHolds(ctx context.Context, holds []driver.Hold) ([]*driver.Grant, error) {
+	gs := make([]*driver.Grant, 0, len(holds))
+	for part := range slices.Chunk(holds, maxBatch) {
+		g, err := c.store.Renew(ctx, part)
+		if err != nil {
+			return gs, err
+		}
+		gs = append(gs, g...)
+	}
+	return gs, nil
+}
+
+// releaseKeys releases keys in calls of at most maxBatch keys. After an
+// error, it returns the results of the calls that succeeded before it.
+func (c *Client) releaseKeys(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	held := make([]bool, 0, len(keys))
+	for part := range slices.Chunk(keys, maxBatch) {
+		h, err := c.store.Release(ctx, part)
+		if err != nil {
+			return held, err
+		}
+		held = append(held, h...)
+	}
+	return held, nil
 }
 
 // ReleaseOwner releases every hold and queued request of owner and returns
@@ -549,18 +584,18 @@ func (c *Client) ReleaseOwner(ctx context.Context, owner string) ([]LockInfo, er
 	for i, h := range hs {
 		keys[i] = driver.Key{Name: h.Name, Owner: owner}
 	}
-	held, err := c.store.Release(ctx, keys)
-	if err != nil {
-		return nil, storeErr("release owner", owner, err)
-	}
+	held, err := c.releaseKeys(ctx, keys)
 	out := hs[:0]
-	for i, h := range hs {
+	for i, ok := range held { // those released before any error
 		if l := c.lease(keys[i]); l != nil {
 			l.end(ErrReleased, false)
 		}
-		if held[i] {
-			out = append(out, h)
+		if ok {
+			out = append(out, hs[i])
 		}
+	}
+	if err != nil {
+		return nil, storeErr("release owner", owner, err)
 	}
 	return out, nil
 }
@@ -596,8 +631,9 @@ func (c *Client) lease(k driver.Key) *Lease {
 	return c.leases[k]
 }
 
-// Close releases every lease the client holds (waiting at most a few
-// seconds for the store), stops its goroutines and closes the store.
+// Close releases every lease the client holds (in calls of at most a
+// thousand, waiting at most a few seconds for the store in all), stops its
+// goroutines and closes the store.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -606,6 +642,12 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.stop()
+	for _, s := range c.slots { // all at once, rather than one by one as each ends
+		for _, l := range s.leases {
+			l.slot = nil
+		}
+	}
+	c.slots, c.slotAt = nil, nil
 	ls := make([]*Lease, 0, len(c.leases))
 	for _, l := range c.leases {
 		ls = append(ls, l)
@@ -618,7 +660,7 @@ func (c *Client) Close() error {
 			l.end(ErrReleased, false)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout())
-		_, _ = c.store.Release(ctx, keys)
+		_, _ = c.releaseKeys(ctx, keys)
 		cancel()
 	}
 	c.wg.Wait()

@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -9,26 +10,123 @@ import (
 )
 
 // One goroutine per Client renews every lease that needs it. It runs only
-// while there are such leases, and renews together all that are due or
-// nearly due, so that a process holding many locks makes one call per round
-// where the store takes a batch.
+// while there are such leases, and sleeps until the first renew time.
+//
+// Renew times fall on a grid of a sixth of the TTL (see renewTime), so that
+// leases taken at different times share a renew time: a process holding
+// many locks makes one round of calls per grid step, carrying every lease
+// due then, rather than a call per lease; a lease is renewed between a sixth
+// and a third of its TTL after it was taken, then every third.
+//
+// The leases due at one time form a slot; slots wait in a min-heap by time.
+// Queueing, moving, taking out or renewing a lease thus costs O(1), plus
+// O(log slots) when it makes or empties a slot, however many leases the
+// client holds.
 
-func (c *Client) startKeepalive() {
+// maxBatch bounds the holds in one call to the store (Renew, and the
+// Release of Close and ReleaseOwner): a round over more leases makes
+// several calls, so that no one call holds up the store for long.
+const maxBatch = 1000
+
+// renewTime is when a lease of ttl renewed (or granted) at sent is renewed
+// next: a third of ttl later, rounded down to the client's grid of ttl/6.
+func (c *Client) renewTime(sent time.Time, ttl time.Duration) time.Time {
+	step := max(ttl/6, time.Millisecond)
+	d := sent.Sub(c.epoch) + ttl/3
+	return c.epoch.Add(d - d%step)
+}
+
+// slot is the leases that keepalive renews at one time.
+type slot struct {
+	at     time.Time
+	key    time.Duration // at - c.epoch, its key in c.slotAt
+	leases []*Lease      // each knows its index (Lease.slotIdx)
+	index  int           // in c.slots
+}
+
+// schedule queues each lease at its renew time (or moves it there), or
+// takes it out once it ended, and starts the keepalive goroutine, or wakes
+// it if the first renew time moved earlier. Leases that need no keepalive
+// are left alone.
+func (c *Client) schedule(ls ...*Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return
+	var first time.Time
+	if len(c.slots) > 0 {
+		first = c.slots[0].at
 	}
-	if c.kaRunning {
-		select {
-		case c.kaWake <- struct{}{}:
-		default:
+	for _, l := range ls {
+		if !l.keepAlive || l.session != nil {
+			continue
 		}
+		l.mu.Lock()
+		at, live := l.renewAt, l.err == nil
+		l.mu.Unlock()
+		if !live || c.closed {
+			c.unschedule(l)
+			continue
+		}
+		key := at.Sub(c.epoch)
+		if l.slot != nil && l.slot.key == key {
+			continue
+		}
+		c.unqueue(l)
+		s := c.slotAt[key]
+		if s == nil {
+			s = &slot{at: at, key: key}
+			c.slotAt[key] = s
+			heap.Push(&c.slots, s)
+		}
+		l.slot, l.slotIdx = s, len(s.leases)
+		s.leases = append(s.leases, l)
+	}
+	switch {
+	case len(c.slots) == 0:
+	case !c.kaRunning:
+		c.kaRunning = true
+		c.wg.Add(1)
+		go c.keepalive()
+	case first.IsZero() || c.slots[0].at.Before(first):
+		c.wakeKeepalive()
+	}
+}
+
+// unschedule takes l out of the keepalive queue for good. c.mu is held.
+func (c *Client) unschedule(l *Lease) {
+	if l.slot == nil {
 		return
 	}
-	c.kaRunning = true
-	c.wg.Add(1)
-	go c.keepalive()
+	c.unqueue(l)
+	if len(c.slots) == 0 && c.kaRunning {
+		c.wakeKeepalive() // to exit now rather than at the old first renew time
+	}
+}
+
+// unqueue takes l out of its slot, if any, dropping the slot if it empties.
+// c.mu is held.
+func (c *Client) unqueue(l *Lease) {
+	s := l.slot
+	if s == nil {
+		return
+	}
+	last := s.leases[len(s.leases)-1]
+	s.leases[l.slotIdx], last.slotIdx = last, l.slotIdx
+	s.leases[len(s.leases)-1] = nil
+	s.leases = s.leases[:len(s.leases)-1]
+	l.slot = nil
+	if len(s.leases) == 0 {
+		heap.Remove(&c.slots, s.index)
+		delete(c.slotAt, s.key)
+	}
+}
+
+// wakeKeepalive makes the keepalive goroutine look at the queue again. c.mu
+// is held.
+func (c *Client) wakeKeepalive() {
+	select {
+	case c.kaWake <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Client) keepalive() {
@@ -53,48 +151,50 @@ func (c *Client) keepalive() {
 	}
 }
 
-// due returns the leases to renew now, or how long to sleep; ok is false
-// when the goroutine should exit (nothing to keep alive, or closed).
+// due takes out of the queue up to maxBatch leases whose renew time has
+// come, or says how long to sleep until the first one's; ok is false when
+// the goroutine should exit (nothing to keep alive, or closed). Leases
+// taken out are in flight: renewBatch queues them again.
 func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	next := time.Time{}
-	for _, l := range c.leases {
-		if !l.keepAlive || l.session != nil {
-			continue
-		}
-		l.mu.Lock()
-		at, ttl, retrying := l.renewAt, l.ttl, l.retrying
-		l.mu.Unlock()
-		// Renew early anything due within a sixth of its TTL, so that
-		// leases taken at different times fall into the same rounds; but
-		// a lease whose renewal failed waits for its retry time.
-		early := ttl / 6
-		if retrying {
-			early = 0
-		}
-		if !at.After(now.Add(early)) {
-			batch = append(batch, l)
-		} else if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	if c.closed || (len(batch) == 0 && next.IsZero()) {
+	if c.closed || len(c.slots) == 0 {
 		c.kaRunning = false
 		return nil, 0, false
 	}
-	return batch, next.Sub(now), true
+	now := time.Now()
+	for len(c.slots) > 0 && len(batch) < maxBatch && !c.slots[0].at.After(now) {
+		s := c.slots[0]
+		k := max(len(s.leases)-(maxBatch-len(batch)), 0)
+		for _, l := range s.leases[k:] {
+			l.slot = nil
+			batch = append(batch, l)
+		}
+		clear(s.leases[k:])
+		s.leases = s.leases[:k]
+		if k == 0 {
+			heap.Pop(&c.slots)
+			delete(c.slotAt, s.key)
+		}
+	}
+	if len(batch) == 0 {
+		wait = c.slots[0].at.Sub(now)
+	}
+	return batch, wait, true
 }
 
+// renewBatch renews batch (at most maxBatch leases) in one call and queues
+// again the leases still held.
 func (c *Client) renewBatch(batch []*Lease) {
+	defer c.schedule(batch...)
 	holds := make([]driver.Hold, len(batch))
 	left := make([]time.Duration, len(batch)) // each lease's time left when the renewal is sent
 	first := time.Time{}                      // earliest deadline: no point waiting for the store past it
+	now := time.Now()
 	for i, l := range batch {
 		l.mu.Lock()
 		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl}
-		left[i] = time.Until(l.deadline)
+		left[i] = l.deadline.Sub(now)
 		if first.IsZero() || l.deadline.Before(first) {
 			first = l.deadline
 		}
@@ -108,21 +208,53 @@ func (c *Client) renewBatch(batch []*Lease) {
 	gs, err := c.store.Renew(ctx, holds)
 	done(err)
 	end(OpResult{Err: err})
-	for i, l := range batch {
-		switch {
-		case err != nil:
-			// Try again soon; the lease's own timer ends it at its deadline.
-			l.mu.Lock()
-			l.renewAt, l.retrying = time.Now().Add(min(l.ttl/10, time.Second)), true
-			l.mu.Unlock()
-			c.emit(Event{Kind: EventRenewFailed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
-		case gs[i] == nil:
-			l.end(ErrLeaseLost, false)
-		default:
-			l.renewed(gs[i], sent, holds[i].TTL)
-			c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return // closed: the leases ended
 		}
+		// Try again soon; each lease's own timer ends it at its deadline.
+		// One log line for the call, one event per lease.
+		c.log.Warn("baton: lease renewal failed; retrying until its deadline", "lock", holds[0].Name, "leases", len(batch), "err", err)
+		now := time.Now()
+		for _, l := range batch {
+			l.mu.Lock()
+			l.renewAt, l.retrying = now.Add(min(l.ttl/10, time.Second)), true
+			l.mu.Unlock()
+			c.report(Event{Kind: EventRenewFailed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
+		}
+		return
 	}
+	for i, l := range batch {
+		if gs[i] == nil {
+			l.end(ErrLeaseLost, false)
+			continue
+		}
+		l.renewed(gs[i], sent, holds[i].TTL)
+		c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
+	}
+}
+
+// slotHeap orders slots by time, each slot knowing its index. It is
+// guarded by Client.mu.
+type slotHeap []*slot
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h slotHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *slotHeap) Push(x any) {
+	s := x.(*slot)
+	s.index = len(*h)
+	*h = append(*h, s)
+}
+func (h *slotHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return s
 }
 
 // watchSession ends every lease of a store session when the session ends:

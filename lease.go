@@ -33,6 +33,10 @@ type Lease struct {
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	timer    *time.Timer
 	err      error
+
+	// keepalive's, guarded by c.mu
+	slot    *slot // where the lease waits for its renewal; nil: not queued
+	slotIdx int   // its index in slot.leases
 }
 
 // margin is how much earlier than the store a holder gives up: room for
@@ -56,6 +60,7 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 		l.info.Host, l.info.Meta = req.Host, maps.Clone(req.Meta)
 		l.mu.Unlock()
 		l.renewed(g, sent, req.TTL)
+		c.schedule(l)
 		return l
 	}
 	l := &Lease{
@@ -80,9 +85,9 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 		c.watchSession(g.Session)
 	} else if keepAlive {
 		l.mu.Lock()
-		l.renewAt = sent.Add(req.TTL / 3)
+		l.renewAt = c.renewTime(sent, req.TTL)
 		l.mu.Unlock()
-		c.startKeepalive()
+		c.schedule(l)
 	}
 	c.emit(Event{Kind: EventAcquired, Name: k.Name, Owner: k.Owner, Token: g.Token})
 	return l
@@ -112,7 +117,8 @@ func (l *Lease) expire() {
 	}
 }
 
-// renewed records a successful renewal sent at sent.
+// renewed records a successful renewal sent at sent. The caller then puts
+// the lease into the keepalive queue at its new renew time (Client.schedule).
 func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -127,7 +133,7 @@ func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 	if l.session == nil || !l.keepAlive {
 		l.setDeadline(sent.Add(ttl - margin(ttl)))
 	}
-	l.renewAt, l.retrying = sent.Add(ttl/3), false
+	l.renewAt, l.retrying = l.c.renewTime(sent, ttl), false
 }
 
 // end ends the lease with err (first caller wins). With release set, it
@@ -162,6 +168,7 @@ func (l *Lease) end(err error, release bool) {
 	if c.leases[l.key] == l {
 		delete(c.leases, l.key)
 	}
+	c.unschedule(l)
 	c.mu.Unlock()
 	if l.session != nil {
 		c.unwatchSession(l.session)
@@ -276,6 +283,7 @@ func (l *Lease) Renew(ctx context.Context) (err error) {
 		return storeErr("renew", l.key.Name, ErrNotHeld)
 	}
 	l.renewed(gs[0], sent, ttl)
+	c.schedule(l) // a shorter TTL moves the next renewal earlier
 	c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left})
 	return nil
 }

@@ -63,16 +63,20 @@ func (c *Client) call(ctx context.Context, call, name string) func(error) {
 }
 
 // emit reports e to Options.OnEvent and the Observer, and logs what a
-// maintainer should know of.
+// maintainer should know of (keepalive logs its failed renewals itself, once
+// per call rather than per lease).
 func (c *Client) emit(e Event) {
 	switch e.Kind {
-	case EventRenewFailed:
-		c.log.Warn("baton: lease renewal failed; retrying until its deadline", "lock", e.Name, "token", e.Token, "err", e.Err)
 	case EventLost:
 		c.log.Error("baton: lease lost", "lock", e.Name, "token", e.Token, "err", e.Err, "held", e.Held)
 	case EventExpired:
 		c.log.Info("baton: lease expired", "lock", e.Name, "token", e.Token, "held", e.Held)
 	}
+	c.report(e)
+}
+
+// report reports e to Options.OnEvent and the Observer, without logging.
+func (c *Client) report(e Event) {
 	if c.opts.Observer != nil {
 		c.opts.Observer.Event(e)
 	}

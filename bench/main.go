@@ -10,9 +10,26 @@
 //	(c) hand-off: from the holder calling release to a blocked waiter's
 //	    acquire returning, H times; p50/p95.
 //
+// and, when asked for, workloads of scale (see many.go), each in a table
+// of its own:
+//
+//	many-names (-names N): C clients (-names-clients, 32) take and release
+//	    random names among N for D; ops/s and p50/p99 of one
+//	    acquire+release.
+//	hold-many (-hold N): one client takes N locks of distinct names
+//	    (-hold-workers goroutines, 4), holds them for -hold-window (20s),
+//	    then releases them all; the acquire rate of the first and the last
+//	    tenth, the process's CPU time while holding (getrusage), baton's
+//	    renewal calls meanwhile, and the time to release them all (baton:
+//	    Client.Close). Not for procs: targets.
+//
+// -basic=false skips (a)-(c), -failover K adds the leader-election
+// workload (elect.go).
+//
 // Usage:
 //
 //	go run ./bench -target baton=sqlite:///tmp/bench.db -target baton=mem://
+//	go run ./bench -basic=false -hold 100000 -names 10000 -target baton=mem://
 //
 // A target is KIND=URL: KIND "baton" measures baton on the store at URL;
 // other kinds are peer libraries, registered by the files of this package
@@ -60,6 +77,10 @@ type Target struct {
 	// Calls, if set, counts the calls to the server of every client the
 	// target made so far.
 	Calls func() int64
+	// Remote is set when the clients run in other processes (procs:):
+	// hold-many, which holds many locks in one client and measures this
+	// process's CPU time, skips the target.
+	Remote bool
 }
 
 type targets []string
@@ -78,7 +99,13 @@ func main() {
 	rounds := flag.Int("rounds", 1, "measure the targets this many times, in turn, and end with the medians")
 	failover := flag.Int("failover", 0, "leader crashes to time per round, for targets with elections (0: none)")
 	lease := flag.Duration("lease", 5*time.Second, "lease length of the failover workload")
-	skipLocks := flag.Bool("failover-only", false, "run only the failover workload")
+	skipLocks := flag.Bool("failover-only", false, "run only the failover workload (as -basic=false)")
+	basic := flag.Bool("basic", true, "run the uncontended, contended and hand-off workloads")
+	names := flag.Int("names", 0, "many-names: names to take at random (0: skip the workload)")
+	namesClients := flag.Int("names-clients", 32, "many-names: clients")
+	hold := flag.Int("hold", 0, "hold-many: locks one client takes and holds (0: skip the workload; else at least 10)")
+	holdWorkers := flag.Int("hold-workers", 4, "hold-many: goroutines taking the locks")
+	holdWindow := flag.Duration("hold-window", 20*time.Second, "hold-many: how long to hold them all")
 	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
 	if *childSpec != "" {
@@ -104,9 +131,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: give at least one -target KIND=URL; kinds: "+kindNames())
 		os.Exit(2)
 	}
+	if *hold != 0 && (*hold < 10 || *holdWorkers < 1) || *names < 0 || *names > 0 && *namesClients < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -hold is 0 or at least 10, -hold-workers and -names-clients at least 1")
+		os.Exit(2)
+	}
+	if *skipLocks {
+		*basic = false
+	}
 	fmt.Printf("go %s, %s/%s, %d CPUs, %s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
-	fmt.Println("|---|---|---|---|")
+	if *basic {
+		fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
+		fmt.Println("|---|---|---|---|")
+	}
 	var targets []Target
 	for _, spec := range ts {
 		kind, url, ok := strings.Cut(spec, "=")
@@ -133,9 +169,11 @@ func main() {
 	}
 	all := make([][]result, len(targets))
 	fos := make([][]failoverResult, len(targets))
+	nrs := make([][]namesResult, len(targets))
+	hrs := make([][]holdResult, len(targets))
 	for range max(*rounds, 1) {
 		for i, t := range targets {
-			if *skipLocks {
+			if !*basic {
 				break
 			}
 			r, err := measure(t, *n, *clients, *dur, *handoffs)
@@ -164,8 +202,38 @@ func main() {
 			}
 			fmt.Println()
 		}
+		if *names > 0 {
+			fmt.Printf("\nMany names (%d clients, %d names, %v):\n\n%s\n", *namesClients, *names, *dur, namesHeader)
+			for i, t := range targets {
+				r, err := measureNames(t, *names, *namesClients, *dur)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: %s: many-names: %v\n", t.Name, err)
+					os.Exit(1)
+				}
+				nrs[i] = append(nrs[i], r)
+				fmt.Println(r.row(t.Name))
+			}
+			fmt.Println()
+		}
+		if *hold > 0 {
+			fmt.Printf("\nHold many (%d locks, %d workers, held %v):\n\n%s\n", *hold, *holdWorkers, *holdWindow, holdHeader)
+			for i, t := range targets {
+				if t.Remote {
+					continue
+				}
+				runtime.GC() // not to bill a target for the garbage of the one before
+				r, err := measureHold(t, *hold, *holdWorkers, *holdWindow)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: %s: hold-many: %v\n", t.Name, err)
+					os.Exit(1)
+				}
+				hrs[i] = append(hrs[i], r)
+				fmt.Println(r.row(t.Name))
+			}
+			fmt.Println()
+		}
 	}
-	if *rounds > 1 && !*skipLocks {
+	if *rounds > 1 && *basic {
 		fmt.Printf("\nMedians of %d rounds:\n\n", *rounds)
 		fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
 		fmt.Println("|---|---|---|---|")
@@ -180,6 +248,20 @@ func main() {
 		for i, t := range targets {
 			if len(fos[i]) > 0 {
 				fmt.Println(medianFailover(fos[i]).row(t.Name))
+			}
+		}
+	}
+	if *rounds > 1 && *names > 0 {
+		fmt.Printf("\nMany names, medians of %d rounds:\n\n%s\n", *rounds, namesHeader)
+		for i, t := range targets {
+			fmt.Println(medianNames(nrs[i]).row(t.Name))
+		}
+	}
+	if *rounds > 1 && *hold > 0 {
+		fmt.Printf("\nHold many, medians of %d rounds:\n\n%s\n", *rounds, holdHeader)
+		for i, t := range targets {
+			if len(hrs[i]) > 0 {
+				fmt.Println(medianHold(hrs[i]).row(t.Name))
 			}
 		}
 	}
@@ -236,17 +318,32 @@ func kindNames() string {
 func batonTarget(url string) Target {
 	scheme, _, _ := strings.Cut(url, ":")
 	return Target{Name: "baton-" + scheme, New: func(ctx context.Context) (Locker, error) {
-		c, err := baton.Open(ctx, url, nil)
-		if err != nil {
-			return nil, err
-		}
-		return batonLocker{c}, nil
+		return newBatonLocker(func(o *baton.Options) (*baton.Client, error) { return baton.Open(ctx, url, o) })
 	}}
 }
 
-type batonLocker struct{ c *baton.Client }
+// newBatonLocker makes a client with open, counting its renewals.
+func newBatonLocker(open func(*baton.Options) (*baton.Client, error)) (Locker, error) {
+	b := &batonLocker{}
+	c, err := open(&baton.Options{Observer: &b.counts})
+	if err != nil {
+		return nil, err
+	}
+	b.c = c
+	return b, nil
+}
 
-func (b batonLocker) Lock(ctx context.Context, name string) (func() error, error) {
+// batonLocker is a Keeper.
+type batonLocker struct {
+	c      *baton.Client
+	counts renewCounter
+}
+
+func (b *batonLocker) Renewals() (calls, holds, lost int64) {
+	return b.counts.calls.Load(), b.counts.holds.Load(), b.counts.lost.Load()
+}
+
+func (b *batonLocker) Lock(ctx context.Context, name string) (func() error, error) {
 	l, err := b.c.Lock(ctx, name, nil)
 	if err != nil {
 		return nil, err
@@ -254,7 +351,7 @@ func (b batonLocker) Lock(ctx context.Context, name string) (func() error, error
 	return func() error { return l.Release(ctx) }, nil
 }
 
-func (b batonLocker) Close() error { return b.c.Close() }
+func (b *batonLocker) Close() error { return b.c.Close() }
 
 func measure(t Target, n, clients int, dur time.Duration, handoffs int) (result, error) {
 	ctx := context.Background()

@@ -23,7 +23,7 @@ func procsTarget(kind, url string) (Target, bool) {
 		return Target{}, false
 	}
 	inner := mk(url)
-	return Target{Name: inner.Name + " (processes)", New: func(ctx context.Context) (Locker, error) {
+	return Target{Name: inner.Name + " (processes)", Remote: true, New: func(ctx context.Context) (Locker, error) {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-child", kind+"="+url)
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()

@@ -63,11 +63,7 @@ func spannerEmulatorTarget(addr string) Target {
 			if err != nil {
 				return nil, err
 			}
-			c, err := baton.New(s, nil)
-			if err != nil {
-				return nil, err
-			}
-			return batonLocker{c}, nil
+			return newBatonLocker(func(o *baton.Options) (*baton.Client, error) { return baton.New(s, o) })
 		},
 		NewElector: func(ctx context.Context, name string, lease time.Duration) (Elector, error) {
 			s, err := store(ctx)

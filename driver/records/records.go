@@ -72,8 +72,9 @@ type Store struct {
 	local     bool
 	readFirst bool
 
-	mu    sync.Mutex
-	names map[string]*gen // waiters' generations, by name
+	mu      sync.Mutex
+	names   map[string]*gen // waiters' generations, by name
+	pruneAt int             // len(names) at which prune next scans them
 }
 
 // gen is the generation of a name's changes seen in this process.
@@ -129,9 +130,12 @@ func (s *Store) freed(names []string, sts []*lockstate.State) {
 const keepChanges = 10 * time.Second
 
 // prune forgets, now and then, the names nobody waits for that have not
-// changed for keepChanges. s.mu is held.
+// changed for keepChanges. It scans the names only when they have doubled
+// since the last scan left them, so that a process that frees many names
+// within keepChanges (a Close releasing all it holds) pays O(1) per name.
+// s.mu is held.
 func (s *Store) prune(now time.Time) {
-	if len(s.names) < 1024 || len(s.names)%256 != 0 {
+	if len(s.names) < max(s.pruneAt, 1024) {
 		return
 	}
 	for n, g := range s.names {
@@ -139,6 +143,7 @@ func (s *Store) prune(now time.Time) {
 			delete(s.names, n)
 		}
 	}
+	s.pruneAt = 2 * len(s.names)
 }
 
 // update runs fn over names through Records.Update, keeping the final
