@@ -42,7 +42,8 @@ func storeOn(t testing.TB, addr string) *batonredis.Store {
 
 // What the package documentation says of failovers, shown: a replica
 // promoted with every write of the master keeps holds and counters; one
-// promoted while behind forgets them, and hands out a token again.
+// promoted while behind forgets them, and grants the lock again at once,
+// but with a larger token than the lost grant's (its clock has moved on).
 func TestFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts servers")
@@ -83,8 +84,8 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the failover: %v", err)
 	}
-	if g.Token != lost.Token {
-		t.Errorf("token after losing a grant: %d, the lost grant had %d; the documentation says it repeats", g.Token, lost.Token)
+	if g.Token <= lost.Token {
+		t.Errorf("token after losing a grant: %d, not above the lost grant's %d", g.Token, lost.Token)
 	}
 	t.Logf("a grant lost in the failover: owner b had token %d on the old master, owner d got %d from the new one, while b may still think it holds the lock", lost.Token, g.Token)
 	if v, err := r.Get(ctx, p.CounterKey("kept")).Int64(); err != nil || uint64(v) != kept.Token {

@@ -42,7 +42,7 @@
 //
 //	<prefix>:{<tag>}:r          HASH: the name, a summary, and an entry per holder and queued owner
 //	<prefix>:{<tag>}:q          ZSET: the queue, owner → ticket
-//	<prefix>:{<tag>}:c          the name's fencing counter (INCR)
+//	<prefix>:{<tag>}:c          the name's last fencing token (see Fencing tokens)
 //	<prefix>:{<tag>}:w:<owner>  the mailbox of a queued owner (a list)
 //
 // The hash and the queue expire Linger after the last entry would have
@@ -50,15 +50,12 @@
 // when an entry outlives it, and then by twice as much), and are deleted
 // when the last entry is released, so that names nobody uses any more
 // clean themselves up. Mailboxes expire after their owner's queue TTL.
-// The counter never expires and Purge never deletes it, so that tokens
-// keep growing: every name ever locked costs one small key (a string of
-// ~50 bytes plus Redis's per-key overhead, about 100 bytes in all) for as
-// long as the database lives. Use a Prefix per application, and delete
-// "<prefix>:*" yourself only when no one will use those locks again.
+// The counter expires a week after the server's clock passes the last
+// token it holds (see Fencing tokens); Purge never deletes it.
 //
 // Run Redis with maxmemory-policy noeviction or a volatile-* policy: an
-// allkeys-* policy may evict a counter (tokens then start over) or a hash
-// (its holders vanish, and someone else is granted the lock at once).
+// allkeys-* policy may evict a hash (its holders vanish, and someone else
+// is granted the lock at once).
 //
 // This layout replaced, before baton's first release, one that kept a
 // name's whole state in one string (<prefix>:{<tag>}:s). The two do not
@@ -66,11 +63,32 @@
 // one of the new takes locks of the same prefix. The counters are shared,
 // so tokens keep growing across the change.
 //
+// # Fencing tokens
+//
+// A grant's token is the larger of the name's last token plus one and the
+// server's clock in microseconds (a hybrid logical clock), so tokens
+// exceed every token of the name handed out before even when the counter
+// was lost: a restart without persistence, the last second of an
+// appendfsync everysec file, a replica promoted while behind, an evicted
+// key. The server's clock has moved past the lost tokens since, unless it
+// stepped back by more than the time between the lost grant and the new
+// one; keep the servers' clocks synchronised and never stepped back
+// (NTP slews). While the clock is ahead of the counter, the counter is
+// only needed for grants within the same microsecond, and a week later it
+// expires: a name nobody uses costs nothing after that. Tokens are below
+// 2^53 (the clock in µs is about 2^51), exact in Lua's numbers.
+//
 // # Scripts and time
 //
 // Acquire, Renew, Release, List and Purge are each one Lua script (EVALSHA,
 // falling back to EVAL when the server does not have it cached), so each is
-// one atomic decision and one round trip. The scripts apply the grant rules
+// one atomic decision and one round trip. The scripts are the .lua files of
+// the package's lua directory. Acquire of a name with no state, and Release
+// of a name whose only entry is the caller's, take a fast path of a few
+// commands (Acquire: EXISTS, TIME, GET and SET of the counter, HSET,
+// PEXPIRE; Release: HMGET, TIME, DEL) before the general path, which
+// defines the grant rules' functions each time it runs; TestFastPath shows
+// that the fast path writes what the general path would. The scripts apply the grant rules
 // of package lockstate: expired holders and queue entries are dropped
 // first; an owner that holds the name re-acquires it, keeping its token;
 // exclusive requests need no holders and nobody queued ahead; shared ones
@@ -147,27 +165,27 @@
 //     new master grants it to someone else at once. Two holders overlap
 //     until the first one's next renewal fails (at most a third of its TTL,
 //     plus its renewal's timeout), or until its lease ends.
-//   - A counter increment can be lost with it: the new master hands out
-//     again a fencing token that the lost grant already carried. Fencing
-//     tokens protect a resource from an overlapping holder only if the
-//     counter survived the failover; after a lost increment, two holders can
-//     carry the same token, and the resource cannot tell them apart.
+//   - The counter can be lost with it, but the new grant's token is the
+//     new master's clock, past the lost grant's token unless that clock is
+//     behind the old master's by more than the time between the two
+//     grants: a resource that checks tokens refuses the holder of the lost
+//     grant once it has seen the new one.
 //   - A release can be lost: the lock stays held until its TTL runs out.
 //
 // WAIT (after each grant) and min-replicas-to-write / min-replicas-max-lag
 // make such a loss less likely, not impossible: WAIT does not roll back a
 // write that timed out, and Sentinel or Cluster may still promote a replica
 // that is behind. Persistence does not help a promoted replica. A server
-// restarted without persistence has lost every counter, and every token
-// starts over at 1; with appendfsync everysec, the last second of grants
-// and counters can be lost in a crash. The counter is safe only with
-// appendonly yes and appendfsync always, and no failover (or one that
-// never promotes a replica behind the master). When locks must survive
-// failures of the store, use a store that replicates synchronously (etcd,
-// ZooKeeper, PostgreSQL with synchronous replication). This package does
-// not implement Redlock (locking a majority of independent masters): it
-// keeps no counter that survives the failure of a master either, and adds
-// timing assumptions of its own.
+// restarted without persistence has lost every hold (they are granted
+// again at once); with appendfsync everysec, the last second of grants can
+// be lost in a crash. Holds survive a crash only with appendonly yes and
+// appendfsync always, and no failover (or one that never promotes a
+// replica behind the master). When locks must survive failures of the
+// store, use a store that replicates synchronously (etcd, ZooKeeper,
+// PostgreSQL with synchronous replication). This package does not
+// implement Redlock (locking a majority of independent masters): it adds
+// timing assumptions of its own, and the tokens above already survive the
+// loss of a master's writes.
 //
 // # Logs
 //

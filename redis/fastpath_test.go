@@ -1,0 +1,83 @@
+package redis
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
+)
+
+// Acquire's fast path (a name with no state) writes what the general path
+// writes for the same grant, field for field: the general path alone is
+// checked against lockstate (TestModel).
+func TestFastPathWritesWhatGeneralPathWrites(t *testing.T) {
+	drivertest.EachServer(t, "BATON_TEST_REDIS", func(t *testing.T, srv drivertest.Server) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		prefix := fmt.Sprintf("batontest-fast-%d", time.Now().UnixNano())
+		s, err := Open(ctx, srv.URL, &Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		rdb := s.rdb
+		src := luaSource("acquire")
+		general := strings.Replace(src, "if redis.call('EXISTS', KEYS[1]) == 0 then", "if false then", 1)
+		if general == src {
+			t.Fatal("acquire.lua has no fast path to turn off")
+		}
+		generalScript := redis.NewScript(general)
+		// state runs sc for req on a fresh name and describes what it
+		// wrote, times relative to the server's.
+		state := func(sc *redis.Script, req *driver.Request) string {
+			b := s.base("same")
+			in, _ := encodeInfo(req.Host, req.Meta)
+			v, err := sc.Run(ctx, rdb, []string{b + "r", b + "q", b + "c"}, "same", req.Owner, s.acquireArgs(req), in).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := v[2]
+			all := rdb.HGetAll(ctx, b+"r").Val()
+			keys := rdb.Keys(ctx, prefix+":*").Val()
+			defer rdb.Del(ctx, keys...)
+			c, _ := rdb.Get(ctx, b+"c").Int64()
+			out := fmt.Sprintf("reply %v keys %d ttl %v counter %d, ttl %v ",
+				[]int64{v[0], v[1] - now, v[3] - now, v[4] - now, v[5]}, len(keys),
+				rdb.PTTL(ctx, b+"r").Val().Round(100*time.Millisecond), c-now, rdb.PTTL(ctx, b+"c").Val().Round(time.Minute))
+			d := func(s string, i int) float64 { return math.Float64frombits(binary.BigEndian.Uint64([]byte(s[i:]))) }
+			for _, f := range []string{"n", "L", "S", "o:" + req.Owner} {
+				val, ok := all[f]
+				switch {
+				case !ok:
+					out += f + " absent; "
+				case f == "S":
+					u := func(i int) uint32 { return binary.BigEndian.Uint32([]byte(val[i:])) }
+					out += fmt.Sprintf("S %d %d %d %d %v %v %v %v; ", u(0), u(4), u(8), u(12), d(val, 16), d(val, 24)-float64(now), d(val, 32)-float64(now), d(val, 40)-float64(now))
+				case f == "o:"+req.Owner:
+					out += fmt.Sprintf("entry %d %d %d %v %v %v %v %v %v %q; ", val[0], val[1], binary.BigEndian.Uint32([]byte(val[2:])), d(val, 6)-float64(now), d(val, 14), d(val, 22), d(val, 30)-float64(now), d(val, 38)-float64(now), d(val, 46)-float64(now), val[54:])
+				default:
+					out += fmt.Sprintf("%s %q; ", f, val)
+				}
+			}
+			return out
+		}
+		for _, req := range []*driver.Request{
+			{Owner: "o", Mode: driver.Exclusive, TTL: 1500 * time.Millisecond, Host: "h"},
+			{Owner: "o", Mode: driver.Shared, Limit: 3, TTL: 1500 * time.Millisecond, Host: "h", Queue: true, QueueTTL: time.Second},
+			{Owner: "o", Mode: driver.Shared, TTL: 1234567 * time.Microsecond, Meta: map[string]string{"k": "v"}},
+		} {
+			fast, slow := state(acquireScript, req), state(generalScript, req)
+			if fast != slow {
+				t.Errorf("%+v:\nfast path:    %s\ngeneral path: %s", req, fast, slow)
+			}
+		}
+	})
+}
