@@ -1,13 +1,18 @@
 package postgres
 
-import "net/url"
+import (
+	"context"
+	"net/url"
+	"time"
+)
 
 // DropSQL drops every object of a lock table (tests use fresh tables).
 func DropSQL(schema, table string) string {
 	o := newObjects(schema, table)
-	return "DROP TABLE IF EXISTS " + o.holds + ", " + o.counter + ";" +
+	return "DROP TABLE IF EXISTS " + o.holds + ", " + o.counter + ", " + o.epochs + ", " + o.incarnation + ";" +
 		"DROP FUNCTION IF EXISTS " + o.acquire + ", " + o.renew + ", " + o.release + ", " +
-		o.list + ", " + o.purge + ", " + o.wake + ", " + o.bind + ";"
+		o.list + ", " + o.purge + ", " + o.bind + ", " + o.reclaim + ", " + o.wake + ", " +
+		o.newEpoch + ", " + o.raise + ", " + o.begin + ", " + o.take + ", " + o.settle + ", " + o.next + ";"
 }
 
 // Listens is how many times the store's listener has started listening.
@@ -19,3 +24,8 @@ func Listens(s *Store) int {
 
 // ParseURL exposes parseURL.
 func ParseURL(u *url.URL) (string, *Options, error) { return parseURL(u) }
+
+// Reclaim runs the table's reclaim unless one ran less than every ago.
+func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
+	return s.reclaim(ctx, every)
+}

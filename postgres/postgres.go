@@ -23,6 +23,9 @@
 //	baton_table=NAME    Options.Table
 //	baton_schema=NAME   Options.Schema
 //	baton_nocreate=1    Options.NoCreate
+//	baton_durable=1     Options.Durable
+//	baton_maxgrace=D    Options.MaxGrace (a Go duration: 90s)
+//	baton_reclaim=D     Options.Reclaim (10m; -1s: never)
 //
 // # Schema
 //
@@ -30,18 +33,24 @@
 // objects, in Options.Schema or else in the connection's current schema
 // (the first schema of its search_path):
 //
-//	T          one row per lock name ever used: (name, seq, ticket), the
-//	           name's fencing and queue counters. Never deleted, so that
-//	           tokens keep growing for the life of the table, purges
-//	           included.
-//	T_holds    one row per hold or queue entry, keyed (name, owner): mode,
+//	T          one row per lock name in use: the name's fencing and queue
+//	           counters, its epoch, whether it has entries in T_holds
+//	           (busy), and its hold when that hold is the name's only entry
+//	           and exclusive (inline: the x* columns).
+//	T_holds    every other hold and queue entry, keyed (name, owner): mode,
 //	           limit, token (or queue ticket), host, meta (jsonb), TTL,
 //	           created, renewed, expires. Indexed by owner too.
-//	T_acquire, T_renew, T_release, T_purge, T_list, T_wake, T_bind
-//	           PL/pgSQL functions: each call of a Store is one statement,
-//	           one round trip, one transaction.
+//	T_epochs   one row: the current epoch, the longest lease granted
+//	           without a flush, the time of the last reclaim.
+//	T_incarnation
+//	           an unlogged table of one row, the marker of the server's
+//	           current incarnation (see Durability).
+//	T_acquire, T_renew, T_release, T_purge, T_list, T_bind, T_reclaim and
+//	the helpers they call: PL/pgSQL functions; each call of a Store is one
+//	statement, one round trip, one transaction.
 //
-// [DDL] returns the whole script. Unless Options.NoCreate is set, the store
+// The script is schema.sql in this package's source, with the names filled
+// in. // [DDL] returns the whole script. Unless Options.NoCreate is set, the store
 // runs it on first use (in [Open], or in the first call of a Store made by
 // [New]) when the table is missing or was created by another version of
 // this package (the table's comment records the version), inside a
@@ -52,21 +61,35 @@
 //
 // # How a call is decided
 //
-// Every function first takes the name's row of T with SELECT … FOR UPDATE
-// (creating the row if needed): that row lock serializes all the decisions
-// about one name, across every client. It then reads the store's clock,
-// drops the name's expired holds and queue entries, and applies the grant
-// rules of package lockstate: an owner that holds the name already extends
-// its hold and keeps its token (another mode or limit is refused); an
-// exclusive request needs no holder and nobody queued ahead; a shared one
-// needs no exclusive holder, no exclusive request queued ahead and, with a
-// limit L, fewer than L holders and shared requests queued ahead; a grant
-// takes the next value of the name's counter as its fencing token; a
-// request that is not granted joins the name's FIFO queue (or refreshes its
-// place once half its queue TTL is used). Renew and Release handle a whole
-// batch in one transaction, locking names in byte order so that batches
-// cannot deadlock; holds that are no longer live are skipped without taking
-// their name's lock.
+// An exclusive acquire of a name nobody holds or waits for, and the
+// release of such a hold, are one UPDATE of the name's row (an INSERT for
+// a name not in use): the fast path. Every other call first takes the
+// name's row of T with SELECT … FOR UPDATE (creating it if needed), which
+// serializes all the decisions about one name across every client, moves
+// an inline hold to T_holds, reads the store's clock, drops the name's
+// expired holds and queue entries, and applies the grant rules of package
+// lockstate: an owner that holds the name already extends its hold and
+// keeps its token (another mode or limit is refused); an exclusive request
+// needs no holder and nobody queued ahead; a shared one needs no exclusive
+// holder, no exclusive request queued ahead and, with a limit L, fewer than
+// L holders and shared requests queued ahead; a request that is not granted
+// joins the name's FIFO queue (or refreshes its place once half its queue
+// TTL is used). Renew and Release handle a whole batch in one transaction,
+// locking names in byte order so that batches cannot deadlock; holds that
+// are no longer live are skipped without taking their name's lock. The
+// functions plan with sequential scans off, so that plans cached while the
+// tables were small stay index scans once they are large.
+//
+// A token is the name's epoch (see Durability) in its high 32 bits and the
+// name's counter within that epoch in the low 32: tokens of a name grow for
+// the life of the table.
+//
+// Now and then (Options.Reclaim, every ten minutes by default) one client
+// of the table reclaims: it drops entries that expired that long ago,
+// starts a new epoch, and deletes the rows of names with no entries whose
+// epoch is older; such a name used again starts in the new epoch, above
+// every token it had. The table thus holds the names in use, not every name
+// ever used.
 //
 // # Clock
 //
@@ -85,16 +108,43 @@
 //
 // # Durability
 //
-// Grants and renewals commit synchronously (synchronous_commit is raised to
-// on for those transactions if the session had it off): a fencing token or
-// an expiry a client was told about survives a crash of the server.
-// Releases, purges and refused acquires commit asynchronously
-// (synchronous_commit off for their transaction only): a crash can lose
-// them only if no synchronous commit followed, and a lost release only
-// brings the hold back until it expires, delaying the next grant; it can
-// never let two holders overlap, since the grant that follows a release is
-// synchronous and flushes the release's WAL with its own. With fsync off on
-// the server, nothing is durable.
+// Lock calls commit asynchronously (synchronous_commit off for their
+// transaction only): a grant costs no wait for the disk. A crash of the
+// server (or of its machine) may then forget the grants, renewals and
+// releases of its last moments, and roll a name's counter back. Two rules
+// keep that safe:
+//
+//   - Every incarnation of the server takes a new epoch, durably, before it
+//     grants anything. The marker of an incarnation is the row of the
+//     unlogged T_incarnation, which crash recovery empties and which a
+//     promoted standby or a restored base backup does not have: the first
+//     call that finds it missing starts a new epoch. Tokens after a crash
+//     are therefore above every token handed out before it.
+//   - After a new incarnation, nothing is granted for a grace period as
+//     long as the longest lease ever granted without a flush (recorded
+//     durably before the first such lease): every hold the crash forgot
+//     has ended before its name is granted again. Its holder learns of the
+//     loss when its renewal fails. Holds the server remembers are renewed
+//     and released as usual meanwhile, and waiters are told when the grace
+//     ends.
+//
+// Leases longer than Options.MaxGrace (60s by default), and every lease
+// with Options.Durable, are granted and renewed with a synchronous commit
+// instead (synchronous_commit on, whatever the session's setting), and
+// need no grace period: MaxGrace bounds it. A clean restart (pg_ctl stop
+// in smart or fast mode) keeps the marker and has no grace period.
+//
+// A promoted standby has no marker (unlogged tables are not replicated),
+// so a failover is a new incarnation too: grace covers the grants the
+// standby never received. What this does not cover: fsync off on the
+// server (nothing is durable); an asynchronous standby so far behind that
+// it missed an epoch the primary started (tokens of that epoch may then
+// repeat; use synchronous replication where failovers must keep tokens
+// growing); pg_dump of a live table restored into another server (dump
+// with --no-unlogged-table-data, or empty T_incarnation after the
+// restore). TestCrash kills the server with SIGKILL during holds and
+// shows both rules; a crash of the machine loses unflushed commits the
+// same way.
 //
 // # Waking waiters
 //
@@ -182,7 +232,26 @@ type Options struct {
 	// NoCreate makes the store use existing objects, created beforehand
 	// with the script from DDL, instead of creating them.
 	NoCreate bool
+	// Durable makes every grant and renewal wait for the disk (a
+	// synchronous commit): no grace period after a crash of the server,
+	// at the cost of a flush per grant (see Durability in the package
+	// documentation).
+	Durable bool
+	// MaxGrace bounds the grace period after a crash of the server:
+	// leases longer than it are granted and renewed durably (60s if
+	// zero).
+	MaxGrace time.Duration
+	// Reclaim is how often the store drops entries that expired that
+	// long ago and the rows of idle names, for all the clients of the
+	// table together (10 minutes if zero; negative: never, Purge only).
+	Reclaim time.Duration
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxGrace = 60 * time.Second
+	DefaultReclaim  = 10 * time.Minute
+)
 
 // ErrClosed is returned by a Store's methods after Close.
 var ErrClosed = errors.New("postgres: store is closed")
@@ -202,10 +271,14 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	mu        sync.Mutex      // orders starting the janitor and Close
+	ctx       context.Context // ends at Close
+	stop      context.CancelFunc
+	janitor   sync.WaitGroup
 }
 
 type queries struct {
-	acquire, renew, release, list, purge, bind string
+	acquire, renew, release, list, purge, bind, reclaim string
 }
 
 // Open connects to the database at connString (a URL or keyword/value
@@ -259,6 +332,15 @@ func checkOptions(opts *Options) (Options, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
+	switch {
+	case o.MaxGrace < 0:
+		return o, fmt.Errorf("postgres: Options.MaxGrace %v is negative", o.MaxGrace)
+	case o.MaxGrace == 0:
+		o.MaxGrace = DefaultMaxGrace
+	}
+	if o.Reclaim == 0 {
+		o.Reclaim = DefaultReclaim
+	}
 	if err := checkTable(o.Table); err != nil {
 		return o, err
 	}
@@ -266,12 +348,14 @@ func checkOptions(opts *Options) (Options, error) {
 }
 
 func newStore(pool *pgxpool.Pool, o Options) *Store {
-	return &Store{
+	s := &Store{
 		pool:    pool,
 		opts:    o,
 		hub:     newHub(pool.Config().ConnConfig, o.Table),
 		initSem: make(chan struct{}, 1),
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	return s
 }
 
 // parseURL splits baton's parameters off a postgres:// URL.
@@ -288,16 +372,32 @@ func parseURL(u *url.URL) (string, *Options, error) {
 			o.Table = v
 		case "baton_schema":
 			o.Schema = v
-		case "baton_nocreate":
+		case "baton_nocreate", "baton_durable":
+			var on bool
 			switch strings.ToLower(v) {
 			case "1", "true", "yes", "on", "":
-				o.NoCreate = true
+				on = true
 			case "0", "false", "no", "off":
 			default:
-				return "", nil, fmt.Errorf("postgres: baton_nocreate=%q in the URL: want 1 or 0", v)
+				return "", nil, fmt.Errorf("postgres: %s=%q in the URL: want 1 or 0", k, v)
+			}
+			if k == "baton_durable" {
+				o.Durable = on
+			} else {
+				o.NoCreate = on
+			}
+		case "baton_maxgrace", "baton_reclaim":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("postgres: %s=%q in the URL: want a duration such as 90s or 10m", k, v)
+			}
+			if k == "baton_maxgrace" {
+				o.MaxGrace = d
+			} else {
+				o.Reclaim = d
 			}
 		default:
-			return "", nil, fmt.Errorf("postgres: unknown URL parameter %s (known: baton_table, baton_schema, baton_nocreate)", k)
+			return "", nil, fmt.Errorf("postgres: unknown URL parameter %s (known: baton_table, baton_schema, baton_nocreate, baton_durable, baton_maxgrace, baton_reclaim)", k)
 		}
 		q.Del(k)
 	}
@@ -328,6 +428,14 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
+	if s.opts.Reclaim > 0 {
+		s.mu.Lock()
+		if !s.closed.Load() {
+			s.janitor.Add(1)
+			go s.reclaimEvery(s.opts.Reclaim)
+		}
+		s.mu.Unlock()
+	}
 	return nil
 }
 
@@ -351,12 +459,13 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	s.obj = obj
 	s.q = queries{
-		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3)",
+		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3, $4)",
 		release: "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
 		list:    "SELECT * FROM " + obj.list + "($1, $2, $3)",
 		purge:   "SELECT * FROM " + obj.purge + "()",
 		bind:    "SELECT " + obj.bind + "($1, $2, $3)",
+		reclaim: "SELECT " + obj.reclaim + "($1)",
 	}
 	return nil
 }
@@ -463,6 +572,15 @@ func wrap(op string, err error) error {
 
 func ns(d time.Duration) int64 { return int64(d) }
 
+// durable is the functions' p_durable: the longest lease granted without
+// a flush, in ns, or -1 for none.
+func (s *Store) durable() int64 {
+	if s.opts.Durable {
+		return -1
+	}
+	return ns(s.opts.MaxGrace)
+}
+
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
 	if err := s.begin(ctx); err != nil {
@@ -475,7 +593,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	)
 	err := retry(ctx, func() error {
 		return s.pool.QueryRow(ctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
-			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta).
+			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable()).
 			Scan(&status, &token, &created, &renewed, &expires, &after)
 	})
 	if err != nil {
@@ -509,7 +627,7 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	}
 	err := retry(ctx, func() error {
 		clear(out)
-		rows, err := s.pool.Query(ctx, s.q.renew, names, owners, ttls)
+		rows, err := s.pool.Query(ctx, s.q.renew, names, owners, ttls, s.durable())
 		if err != nil {
 			return err
 		}
@@ -625,6 +743,9 @@ func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
 	if err != nil {
 		return nil, wrap("purge", err)
 	}
+	if _, err := s.reclaim(ctx, 0); err != nil {
+		return out, err
+	}
 	return out, nil
 }
 
@@ -656,7 +777,11 @@ func (h *holderRow) holder() driver.Holder {
 // flight to return their connections.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
 		s.closed.Store(true)
+		s.mu.Unlock()
+		s.stop()
+		s.janitor.Wait()
 		s.hub.close()
 		if s.ownPool {
 			s.pool.Close()

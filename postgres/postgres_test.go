@@ -340,7 +340,7 @@ func TestURL(t *testing.T) {
 		}
 		defer l.Release(ctx)
 		var n int
-		if err := pool(t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tb + "_holds"}.Sanitize()+" WHERE name = 'via-url'").Scan(&n); err != nil || n != 1 {
+		if err := pool(t).QueryRow(ctx, holdsSQL(pgx.Identifier{tb}.Sanitize(), pgx.Identifier{tb + "_holds"}.Sanitize(), "via-url")).Scan(&n); err != nil || n != 1 {
 			t.Errorf("holds in table %s: %d, %v; want 1", tb, n, err)
 		}
 		c2, err := baton.Open(ctx, strings.Replace(dsn(t, "baton_table="+tb), "postgres://", "postgresql://", 1), nil)
@@ -430,11 +430,18 @@ func TestSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		var n int
-		if err := p.QueryRow(ctx, "SELECT count(*) FROM "+schema+".baton_locks_holds").Scan(&n); err != nil || n != 1 {
+		if err := p.QueryRow(ctx, holdsSQL(schema+".baton_locks", schema+".baton_locks_holds", "in-schema")).Scan(&n); err != nil || n != 1 {
 			t.Errorf("holds in %s.baton_locks_holds: %d, %v", schema, n, err)
 		}
 		l.Release(ctx)
 	})
+}
+
+// holdsSQL counts the holds of name in a lock table: in the holds table,
+// or inline in the name's row.
+func holdsSQL(counters, holds, name string) string {
+	return "SELECT (SELECT count(*) FROM " + holds + " WHERE name = '" + name + "' AND NOT queued) + " +
+		"(SELECT count(*) FROM " + counters + " WHERE name = '" + name + "' AND xo IS NOT NULL)"
 }
 
 // counterTable creates a table for InLockedTx's functions to write to.
@@ -645,17 +652,23 @@ func TestInLockedTxWaitsAndRollsBack(t *testing.T) {
 // restartServer restarts PostgreSQL through the project's server script.
 func restartServer(t *testing.T) time.Duration {
 	t.Helper()
+	start := time.Now()
+	servers(t, "restart")
+	return time.Since(start)
+}
+
+// servers runs scripts/servers with args and the name of t's server.
+func servers(t *testing.T, args ...string) {
+	t.Helper()
 	script := os.Getenv("BATON_SERVERS")
 	if script == "" {
 		script = "../scripts/servers"
 	}
-	start := time.Now()
 	srv := drivertest.ServerOf(t, serversEnv).Name
-	out, err := exec.Command(script, "restart", srv).CombinedOutput()
+	out, err := exec.Command(script, append(args, srv)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s restart %s: %v\n%s", script, srv, err, out)
+		t.Fatalf("%s %s %s: %v\n%s", script, strings.Join(args, " "), srv, err, out)
 	}
-	return time.Since(start)
 }
 
 // TestRestart restarts the server during holds: a lease whose TTL is

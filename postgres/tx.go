@@ -48,8 +48,8 @@ var ErrTxLockLost = errors.New("postgres: the lock expired before the transactio
 // out until commit or rollback. While fn runs, acquires of name by others
 // (TryLock included) wait in the database for the transaction to end (or
 // for their context), each holding a connection of its pool. The token
-// was committed, durably, before fn runs, so it is never handed out again,
-// even if the transaction rolls back.
+// is never handed out again, even if the transaction rolls back or the
+// server crashes (see Durability).
 //
 // Status shows the transaction as a holder of name whose owner starts with
 // "tx-", until its grant's TTL (15s) runs out.

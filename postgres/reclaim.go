@@ -1,0 +1,38 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+// reclaimEvery reclaims now and then while the store is open: each client
+// of the table tries about every period; the first that finds the last
+// reclaim a period old does the work.
+func (s *Store) reclaimEvery(period time.Duration) {
+	defer s.janitor.Done()
+	t := time.NewTimer(jitter(period))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		_, _ = s.reclaim(ctx, period)
+		cancel()
+		t.Reset(jitter(period))
+	}
+}
+
+// reclaim runs the table's reclaim function, unless a client of the table
+// ran it less than every ago; it returns how many idle names' rows went,
+// or -1 if it did not run.
+func (s *Store) reclaim(ctx context.Context, every time.Duration) (int64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := retry(ctx, func() error { return s.pool.QueryRow(ctx, s.q.reclaim, ns(every)).Scan(&n) })
+	return n, wrap("reclaim", err)
+}

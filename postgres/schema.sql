@@ -1,0 +1,706 @@
+-- The objects of one lock table of baton's PostgreSQL store. The store
+-- replaces the {NAMES} (see ddl.go); postgres.DDL returns the result.
+--
+-- Every entry point (acquire, renew, release, purge, list, bind) is one
+-- statement from the client: one round trip, one transaction. Every change
+-- to a name happens while the transaction holds that name's row of
+-- {COUNTERS} locked, so the row lock serializes everything done to one
+-- name; functions that lock several names lock them in name order
+-- (COLLATE "C"), so they cannot deadlock one another.
+--
+-- A name whose only entry is one exclusive hold keeps it in its own row
+-- ("inline": the x* columns), and busy says whether the name has entries in
+-- {HOLDS}. An uncontended acquire and its release are then one update of
+-- one row each (the fast path, which needs not busy); every other case
+-- first moves an inline hold to {HOLDS} ({TAKE}), applies the rules of
+-- package lockstate there, and leaves busy right ({SETTLE}).
+--
+-- The clock is clock_timestamp(), read after the row lock is taken, or at
+-- the statement's start in single-statement updates: either way no
+-- earlier than the moment the client sent its request, so an expiry of
+-- clock + TTL is never earlier than send time + TTL, which is what the
+-- holder's own deadline assumes.
+--
+-- Durability: lock calls commit asynchronously, without waiting for the
+-- disk, except grants and renewals of leases longer than the caller's
+-- bound (p_durable, in ns; -1 makes them all durable). A crash of the
+-- server may then forget the last grants, renewals and releases, and roll
+-- a counter back. Two things make that safe. Tokens carry an epoch in
+-- their high 31 bits (token = epoch << 32 | counter), and every new
+-- incarnation of the server starts a new epoch, durably: the marker row
+-- of the unlogged table {INCARNATION}, which crash recovery empties and a
+-- standby or a base backup does not have, is missing. And after a new
+-- incarnation nothing is granted for a grace period as long as the longest
+-- non-durable lease ever granted ({EPOCHS}.max_ttl, raised durably before
+-- such a lease is granted), so that every hold the crash forgot has ended
+-- before anyone else gets its name; its holder finds out when its renewal
+-- fails. Holds the server remembers are renewed and released as usual
+-- meanwhile.
+
+CREATE TABLE IF NOT EXISTS {COUNTERS} (
+	name   text COLLATE "C" PRIMARY KEY,
+	seq    bigint NOT NULL DEFAULT 0, -- counter of the last token, within epoch
+	ticket bigint NOT NULL DEFAULT 0  -- last queue ticket handed out
+) WITH (fillfactor = 75);
+ALTER TABLE {COUNTERS}
+	ADD COLUMN IF NOT EXISTS epoch integer NOT NULL DEFAULT 0, -- epoch of seq
+	ADD COLUMN IF NOT EXISTS busy  boolean NOT NULL DEFAULT false,
+	ADD COLUMN IF NOT EXISTS xo    text COLLATE "C", -- owner of the inline hold, NULL if none
+	ADD COLUMN IF NOT EXISTS xt    bigint,
+	ADD COLUMN IF NOT EXISTS xh    text,
+	ADD COLUMN IF NOT EXISTS xm    jsonb,
+	ADD COLUMN IF NOT EXISTS xttl  bigint,
+	ADD COLUMN IF NOT EXISTS xc    timestamptz,
+	ADD COLUMN IF NOT EXISTS xr    timestamptz,
+	ADD COLUMN IF NOT EXISTS xe    timestamptz;
+
+CREATE TABLE IF NOT EXISTS {HOLDS} (
+	name    text COLLATE "C" NOT NULL,
+	owner   text COLLATE "C" NOT NULL,
+	queued  boolean NOT NULL,     -- a queue entry, not a hold
+	mode    smallint NOT NULL,    -- 1 exclusive, 2 shared
+	lim     integer NOT NULL,     -- semaphore limit, 0 for none
+	token   bigint NOT NULL,      -- fencing token, or queue ticket
+	host    text NOT NULL,
+	meta    jsonb,
+	ttl_ns  bigint NOT NULL,
+	created timestamptz NOT NULL,
+	renewed timestamptz NOT NULL,
+	expires timestamptz NOT NULL,
+	PRIMARY KEY (name, owner)
+) WITH (fillfactor = 80);
+
+CREATE INDEX IF NOT EXISTS {OWNER_IX} ON {HOLDS} (owner);
+
+-- From schema 2: names with entries are busy.
+UPDATE {COUNTERS} k SET busy = true
+ WHERE NOT k.busy AND EXISTS (SELECT 1 FROM {HOLDS} e WHERE e.name = k.name);
+
+-- The current epoch and the longest TTL of a lease granted without a
+-- flush. Schema 2's tokens were plain counters: the first epoch is above
+-- them all.
+CREATE TABLE IF NOT EXISTS {EPOCHS} (
+	id        boolean PRIMARY KEY DEFAULT true CHECK (id),
+	epoch     integer NOT NULL,
+	max_ttl   bigint NOT NULL,
+	reclaimed timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO {EPOCHS} (epoch, max_ttl)
+SELECT coalesce(max(k.seq >> 32), 0) + 1, 0 FROM {COUNTERS} k
+ON CONFLICT (id) DO NOTHING;
+
+-- The marker of this incarnation of the server: missing after a crash,
+-- on a promoted standby, in a restored base backup.
+CREATE UNLOGGED TABLE IF NOT EXISTS {INCARNATION} (
+	id      boolean PRIMARY KEY DEFAULT true CHECK (id),
+	epoch   integer NOT NULL,
+	max_ttl bigint NOT NULL,
+	grace   timestamptz NOT NULL -- nothing is granted before
+);
+
+-- Schema 2's functions with other signatures, which know nothing of
+-- inline holds: calls of older versions fail instead of misjudging.
+DROP FUNCTION IF EXISTS {ACQUIRE}(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb);
+DROP FUNCTION IF EXISTS {RENEW}(text[], text[], bigint[]);
+
+-- new_epoch starts a new epoch, durably: on a new incarnation (the marker
+-- is missing: grace follows), when a name's counter is full, or to
+-- reclaim idle names. It returns the marker row. The caller's transaction
+-- commits synchronously.
+CREATE OR REPLACE FUNCTION {NEWEPOCH}(p_incarnation boolean,
+	OUT o_epoch integer, OUT o_max_ttl bigint, OUT o_grace timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM 1 FROM {EPOCHS} FOR UPDATE; -- one at a time
+	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, o_max_ttl, o_grace FROM {INCARNATION} i;
+	IF FOUND AND p_incarnation THEN
+		RETURN; -- another session began it
+	END IF;
+	PERFORM set_config('synchronous_commit', 'on', true);
+	UPDATE {EPOCHS} SET epoch = epoch + 1 RETURNING epoch, max_ttl INTO o_epoch, o_max_ttl;
+	IF o_grace IS NULL THEN -- a new incarnation
+		o_grace := clock_timestamp() + ((o_max_ttl + 999) / 1000) * interval '1 microsecond';
+	END IF;
+	INSERT INTO {INCARNATION} (epoch, max_ttl, grace) VALUES (o_epoch, o_max_ttl, o_grace)
+	ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, max_ttl = excluded.max_ttl, grace = excluded.grace;
+END $$;
+
+-- raise records, durably, that leases of p_ttl ns may be granted without
+-- a flush: the grace period after a crash covers them.
+CREATE OR REPLACE FUNCTION {RAISE}(p_ttl bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM set_config('synchronous_commit', 'on', true);
+	UPDATE {EPOCHS} SET max_ttl = greatest(max_ttl, p_ttl);
+	UPDATE {INCARNATION} SET max_ttl = greatest(max_ttl, p_ttl);
+END $$;
+
+-- begin reads the marker (starting a new incarnation if it is missing)
+-- and sets the transaction's durability for leases of up to p_ttl ns. A
+-- transaction that started an epoch commits synchronously whatever the
+-- lease: were the epoch forgotten, the next one would repeat it.
+CREATE OR REPLACE FUNCTION {BEGIN}(p_ttl bigint, p_durable bigint,
+	OUT o_epoch integer, OUT o_grace timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_max_ttl bigint;
+	v_new     boolean := false;
+BEGIN
+	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, v_max_ttl, o_grace FROM {INCARNATION} i;
+	IF NOT FOUND THEN
+		SELECT e.o_epoch, e.o_max_ttl, e.o_grace INTO o_epoch, v_max_ttl, o_grace FROM {NEWEPOCH}(true) e;
+		v_new := true;
+	END IF;
+	IF p_durable >= 0 AND p_ttl <= p_durable AND NOT v_new THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+		IF p_ttl > v_max_ttl THEN
+			PERFORM {RAISE}(p_ttl);
+		END IF;
+	ELSE
+		PERFORM set_config('synchronous_commit', 'on', true);
+	END IF;
+END $$;
+
+-- take locks p_name's row, creating it, and moves its inline hold, if
+-- live, to {HOLDS}. It returns the epoch for the name's next token: a new
+-- row takes the current one, read under the lock that reclaim takes before
+-- it deletes rows, so that a name reclaimed and used again never reissues
+-- a token.
+CREATE OR REPLACE FUNCTION {TAKE}(p_name text, p_epoch integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+BEGIN
+	SELECT k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+	  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
+	IF NOT FOUND THEN
+		PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
+		SELECT i.epoch INTO p_epoch FROM {INCARNATION} i;
+		IF NOT FOUND THEN
+			SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(true) e;
+		END IF;
+		INSERT INTO {COUNTERS} (name, epoch) VALUES (p_name, p_epoch) ON CONFLICT (name) DO NOTHING;
+		SELECT k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+		  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
+	END IF;
+	IF r.xo IS NOT NULL THEN
+		IF r.xe > clock_timestamp() THEN
+			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+			VALUES (p_name, r.xo, false, 1, 0, r.xt, r.xh, r.xm, r.xttl, r.xc, r.xr, r.xe);
+		END IF;
+		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL WHERE k.name = p_name;
+	END IF;
+	RETURN p_epoch;
+END $$;
+
+-- settle sets busy to whether p_name has entries in {HOLDS}; its row is
+-- locked.
+CREATE OR REPLACE FUNCTION {SETTLE}(p_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_busy boolean := EXISTS (SELECT 1 FROM {HOLDS} e WHERE e.name = p_name);
+BEGIN
+	UPDATE {COUNTERS} k SET busy = v_busy WHERE k.name = p_name AND k.busy <> v_busy;
+END $$;
+
+-- next_token returns the next token of p_name, whose row is locked.
+CREATE OR REPLACE FUNCTION {NEXT}(p_name text, p_epoch integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_token bigint;
+BEGIN
+	IF EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name AND k.epoch >= p_epoch AND k.seq >= 4294967295) THEN
+		SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(false) e; -- the counter is full
+	END IF;
+	UPDATE {COUNTERS} k
+	   SET seq = CASE WHEN k.epoch >= p_epoch THEN k.seq + 1 ELSE 1 END, epoch = greatest(k.epoch, p_epoch)
+	 WHERE k.name = p_name
+	RETURNING (k.epoch::bigint << 32) | k.seq INTO v_token;
+	RETURN v_token;
+END $$;
+
+-- wake notifies, at commit, the queued requests of p_name that the grant
+-- rules would now grant (the caller has dropped expired entries): the
+-- payload is the name, then one owner per line; the name alone wakes every
+-- waiter of the name.
+CREATE OR REPLACE FUNCTION {WAKE}(p_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_holders integer; -- counted once a queue entry is found
+	v_excl    boolean;
+	v_lim     integer; -- the shared holders' limit, or the queue's so far
+	v_ahead   integer := 0;
+	v_payload text := p_name;
+	v_n       integer := 0;
+	q         record;
+BEGIN
+	FOR q IN SELECT e.owner, e.mode, e.lim FROM {HOLDS} e
+	          WHERE e.name = p_name AND e.queued ORDER BY e.token LOOP
+		IF v_holders IS NULL THEN
+			SELECT count(*), coalesce(bool_or(e.mode = 1), false), min(e.lim) FILTER (WHERE e.mode = 2)
+			  INTO v_holders, v_excl, v_lim
+			  FROM {HOLDS} e WHERE e.name = p_name AND NOT e.queued;
+		END IF;
+		IF q.mode = 1 THEN
+			IF v_holders = 0 AND v_ahead = 0 THEN
+				v_payload := v_payload || E'\n' || q.owner;
+				v_n := v_n + 1;
+			END IF;
+			EXIT; -- nobody behind an exclusive request can be granted
+		END IF;
+		EXIT WHEN v_excl;
+		-- A request for another limit than the holders' or the queue's
+		-- ahead is not granted, and keeps those behind it out.
+		EXIT WHEN v_lim IS NOT NULL AND q.lim <> v_lim;
+		v_lim := q.lim;
+		EXIT WHEN q.lim > 0 AND v_holders + v_ahead >= q.lim;
+		v_payload := v_payload || E'\n' || q.owner;
+		v_n := v_n + 1;
+		IF octet_length(v_payload) > 7000 THEN -- NOTIFY payloads stop at 8000 bytes
+			v_payload := p_name;
+			EXIT;
+		END IF;
+		v_ahead := v_ahead + 1;
+	END LOOP;
+	IF v_n > 0 THEN
+		PERFORM pg_notify({CHANNEL}, v_payload);
+	END IF;
+END $$;
+
+-- acquire applies the grant rules of package lockstate to one request.
+-- o_status: 0 granted, 1 extended (the owner held it already), 2 not
+-- granted (o_after: nanoseconds until the first holder expires or the
+-- grace period ends, 0 if neither), 3 the owner holds the name in another
+-- mode or with another limit, 4 a shared request whose limit is not the
+-- shared holders'. TTLs arrive in nanoseconds; expiries round them up to
+-- microseconds, PostgreSQL's resolution, so that an expiry is never
+-- earlier than the time read + TTL.
+CREATE OR REPLACE FUNCTION {ACQUIRE}(
+	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint,
+	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
+	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+	v_epoch      integer;
+	v_grace      timestamptz;
+	v_now        timestamptz;
+	v_gone       integer;
+	v_found      boolean;
+	v_queued     boolean;
+	v_mode       smallint;
+	v_lim        integer;
+	v_ticket     bigint;
+	v_qexpires   timestamptz;
+	v_holders    integer;
+	v_excl       boolean;
+	v_ahead      integer;
+	v_excl_ahead boolean;
+	v_first      timestamptz;
+	v_ok         boolean;
+	v_conflict   boolean;
+BEGIN
+	SELECT b.o_epoch, b.o_grace INTO v_epoch, v_grace FROM {BEGIN}(p_ttl, p_durable) b;
+
+	-- The fast path: an exclusive request on a name that nobody holds or
+	-- waits for (its row, if any, is not busy and has no live inline hold).
+	IF p_mode = 1 AND clock_timestamp() >= v_grace THEN
+		UPDATE {COUNTERS} k
+		   SET seq = CASE WHEN k.epoch >= v_epoch THEN k.seq + 1 ELSE 1 END,
+		       epoch = greatest(k.epoch, v_epoch),
+		       xo = p_owner, xh = p_host, xm = p_meta, xttl = p_ttl,
+		       xt = (greatest(k.epoch, v_epoch)::bigint << 32) | CASE WHEN k.epoch >= v_epoch THEN k.seq + 1 ELSE 1 END,
+		       xc = t.now, xr = t.now, xe = t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
+		  FROM (SELECT clock_timestamp() AS now) t
+		 WHERE k.name = p_name AND NOT k.busy AND (k.xo IS NULL OR k.xe <= clock_timestamp())
+		   AND (k.epoch < v_epoch OR k.seq < 4294967295)
+		RETURNING k.xt, k.xc, k.xe INTO o_token, o_created, o_expires;
+		IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name) THEN
+			-- A new name (or one reclaimed): its row takes the current
+			-- epoch, read under the reclaim lock (see take).
+			PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
+			SELECT i.epoch INTO v_epoch FROM {INCARNATION} i;
+			INSERT INTO {COUNTERS} AS k (name, seq, epoch, xo, xt, xh, xm, xttl, xc, xr, xe)
+			SELECT p_name, 1, v_epoch, p_owner, (v_epoch::bigint << 32) | 1, p_host, p_meta, p_ttl, t.now, t.now,
+			       t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
+			  FROM (SELECT clock_timestamp() AS now) t
+			ON CONFLICT (name) DO NOTHING
+			RETURNING k.xt, k.xc, k.xe INTO o_token, o_created, o_expires;
+		END IF;
+		IF FOUND THEN
+			o_status := 0; o_renewed := o_created; o_after := 0;
+			RETURN;
+		END IF;
+	END IF;
+
+	v_epoch := {TAKE}(p_name, v_epoch);
+	v_now := clock_timestamp();
+	o_token := 0; o_created := v_now; o_renewed := v_now; o_expires := v_now; o_after := 0;
+
+	-- In one statement: the caller's live entry, if any, and what the rules
+	-- need to know about the other live entries (expired ones are dropped
+	-- just below, which changes none of this).
+	SELECT o.queued, o.mode, o.lim, o.token, o.expires,
+	       a.n_expired, a.n_holders, a.x_holders, a.n_ahead, a.x_ahead, a.first_expiry, a.lim_conflict
+	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires,
+	       v_gone, v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_conflict
+	  FROM (SELECT) AS one
+	  LEFT JOIN {HOLDS} o ON o.name = p_name AND o.owner = p_owner AND o.expires > v_now
+	 CROSS JOIN LATERAL (
+		SELECT count(*) FILTER (WHERE e.expires <= v_now) AS n_expired,
+		       count(*) FILTER (WHERE e.expires > v_now AND NOT e.queued) AS n_holders,
+		       coalesce(bool_or(e.mode = 1) FILTER (WHERE e.expires > v_now AND NOT e.queued), false) AS x_holders,
+		       -- queued ahead: all live queue entries if the caller is not
+		       -- queued, else those with a smaller ticket
+		       count(*) FILTER (WHERE e.expires > v_now AND e.queued
+		                          AND (o.token IS NULL OR e.token < o.token)) AS n_ahead,
+		       -- an exclusive request, or one for another limit, queued ahead
+		       coalesce(bool_or(e.mode = 1 OR e.lim <> p_limit) FILTER (WHERE e.expires > v_now AND e.queued
+		                          AND (o.token IS NULL OR e.token < o.token)), false) AS x_ahead,
+		       min(e.expires) FILTER (WHERE e.expires > v_now AND NOT e.queued) AS first_expiry,
+		       -- a shared holder that took the name with another limit
+		       coalesce(bool_or(e.mode = 2 AND e.lim <> p_limit) FILTER (WHERE e.expires > v_now AND NOT e.queued), false) AS lim_conflict
+		  FROM {HOLDS} e WHERE e.name = p_name) AS a;
+	v_found := v_queued IS NOT NULL;
+	IF v_gone > 0 THEN
+		DELETE FROM {HOLDS} e WHERE e.name = p_name AND e.expires <= v_now;
+	END IF;
+
+	IF v_found AND NOT v_queued THEN
+		IF v_mode <> p_mode OR v_lim <> p_limit THEN
+			o_status := 3;
+		ELSE
+			UPDATE {HOLDS} e
+			   SET ttl_ns = p_ttl, renewed = v_now, host = p_host, meta = p_meta,
+			       expires = v_now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
+			 WHERE e.name = p_name AND e.owner = p_owner
+			RETURNING e.token, e.created, e.renewed, e.expires
+			     INTO o_token, o_created, o_renewed, o_expires;
+			o_status := 1;
+		END IF;
+	ELSIF p_mode = 2 AND v_conflict THEN
+		o_status := 4;
+	ELSE
+		IF p_mode = 1 THEN
+			v_ok := v_holders = 0 AND v_ahead = 0;
+		ELSE
+			v_ok := NOT v_excl AND NOT v_excl_ahead AND (p_limit = 0 OR v_holders + v_ahead < p_limit);
+		END IF;
+		IF v_ok AND v_now >= v_grace THEN
+			o_token := {NEXT}(p_name, v_epoch);
+			o_expires := v_now + ((p_ttl + 999) / 1000) * interval '1 microsecond';
+			IF v_found THEN -- leaves the queue
+				UPDATE {HOLDS} e
+				   SET queued = false, mode = p_mode, lim = p_limit, token = o_token, host = p_host,
+				       meta = p_meta, ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = o_expires
+				 WHERE e.name = p_name AND e.owner = p_owner;
+			ELSE
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+				VALUES (p_name, p_owner, false, p_mode, p_limit, o_token, p_host, p_meta, p_ttl, v_now, v_now, o_expires);
+			END IF;
+			o_status := 0;
+		ELSE
+			IF p_queue THEN
+				IF v_found THEN
+					-- Refresh only when half the entry's time is used, so that a
+					-- waiter that polls often does not write each time.
+					IF v_qexpires - v_now < ((p_qttl / 2 + 999) / 1000) * interval '1 microsecond' THEN
+						UPDATE {HOLDS} e
+						   SET renewed = v_now, expires = v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond'
+						 WHERE e.name = p_name AND e.owner = p_owner;
+					END IF;
+				ELSE
+					UPDATE {COUNTERS} k SET ticket = k.ticket + 1 WHERE k.name = p_name RETURNING k.ticket INTO v_ticket;
+					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+					VALUES (p_name, p_owner, true, p_mode, p_limit, v_ticket, p_host, p_meta, p_qttl, v_now, v_now,
+					        v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond');
+				END IF;
+			END IF;
+			o_status := 2;
+			IF v_first IS NOT NULL OR v_now < v_grace THEN
+				o_after := (extract(epoch FROM greatest(v_first, v_grace) - v_now) * 1000000000)::bigint;
+			END IF;
+		END IF;
+	END IF;
+	IF v_gone > 0 THEN
+		PERFORM {WAKE}(p_name);
+	END IF;
+	PERFORM {SETTLE}(p_name);
+END $$;
+
+-- renew extends the live holds among (p_names[i], p_owners[i]) by
+-- p_ttls[i] nanoseconds and returns one row per hold renewed. Holds that
+-- are not live are skipped without locking their name.
+CREATE OR REPLACE FUNCTION {RENEW}(p_names text[], p_owners text[], p_ttls bigint[], p_durable bigint)
+RETURNS TABLE (o_i integer, o_token bigint, o_created timestamptz, o_renewed timestamptz, o_expires timestamptz)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+	r      record;
+	v_now  timestamptz;
+	v_gone integer;
+	v_done integer[];
+BEGIN
+	PERFORM {BEGIN}((SELECT max(t) FROM unnest(p_ttls) t), p_durable);
+	IF cardinality(p_names) > 1 THEN -- lock the inline holds' rows in name order
+		PERFORM 1 FROM {COUNTERS} k
+		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
+		 ORDER BY k.name FOR UPDATE OF k;
+	END IF;
+	FOR r IN
+		UPDATE {COUNTERS} k
+		   SET xttl = u.ttl, xr = t.now, xe = t.now + ((u.ttl + 999) / 1000) * interval '1 microsecond'
+		  FROM unnest(p_names, p_owners, p_ttls) WITH ORDINALITY AS u(name, owner, ttl, i),
+		       (SELECT clock_timestamp() AS now) t
+		 WHERE k.name = u.name AND k.xo = u.owner AND k.xe > clock_timestamp()
+		RETURNING u.i::integer AS i, k.xt, k.xc, k.xr, k.xe
+	LOOP
+		v_done := v_done || r.i;
+		o_i := r.i; o_token := r.xt; o_created := r.xc; o_renewed := r.xr; o_expires := r.xe;
+		RETURN NEXT;
+	END LOOP;
+	IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
+		RETURN;
+	END IF;
+	FOR r IN
+		SELECT u.name, u.owner, u.ttl, u.i::integer AS i
+		  FROM unnest(p_names, p_owners, p_ttls) WITH ORDINALITY AS u(name, owner, ttl, i)
+		 WHERE NOT (u.i::integer = ANY (coalesce(v_done, '{}')))
+		   AND EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = u.name AND e.owner = u.owner
+		                  AND NOT e.queued AND e.expires > clock_timestamp())
+		 ORDER BY u.name COLLATE "C", u.i
+	LOOP
+		PERFORM {TAKE}(r.name, 0);
+		v_now := clock_timestamp();
+		DELETE FROM {HOLDS} e WHERE e.name = r.name AND e.expires <= v_now;
+		GET DIAGNOSTICS v_gone = ROW_COUNT;
+		UPDATE {HOLDS} e
+		   SET ttl_ns = r.ttl, renewed = v_now, expires = v_now + ((r.ttl + 999) / 1000) * interval '1 microsecond'
+		 WHERE e.name = r.name AND e.owner = r.owner AND NOT e.queued
+		RETURNING r.i, e.token, e.created, e.renewed, e.expires
+		     INTO o_i, o_token, o_created, o_renewed, o_expires;
+		IF FOUND THEN
+			RETURN NEXT;
+		END IF;
+		IF v_gone > 0 THEN -- expired holders dropped: waiters may go
+			PERFORM {WAKE}(r.name);
+		END IF;
+		PERFORM {SETTLE}(r.name);
+	END LOOP;
+END $$;
+
+-- release removes the holds and queue entries (p_names[i], p_owners[i])
+-- and returns, for each live one, whether it was a hold. Keys without a
+-- live entry are skipped without locking their name.
+CREATE OR REPLACE FUNCTION {RELEASE}(p_names text[], p_owners text[])
+RETURNS TABLE (o_i integer, o_held boolean)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+	r      record;
+	v_now  timestamptz;
+	v_gone integer;
+	v_held boolean;
+	v_done integer[];
+BEGIN
+	-- A release lost in a crash only brings the hold back until it
+	-- expires, within the grace period.
+	PERFORM set_config('synchronous_commit', 'off', true);
+	IF cardinality(p_names) > 1 THEN
+		PERFORM 1 FROM {COUNTERS} k
+		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
+		 ORDER BY k.name FOR UPDATE OF k;
+	END IF;
+	-- Inline holds: nobody waits for their names.
+	FOR r IN
+		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
+		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
+		 WHERE k.name = u.name AND k.xo = u.owner
+		RETURNING u.i::integer AS i, k.xe > clock_timestamp() AS held
+	LOOP
+		v_done := v_done || r.i;
+		o_i := r.i; o_held := r.held;
+		RETURN NEXT;
+	END LOOP;
+	IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
+		RETURN;
+	END IF;
+	FOR r IN
+		SELECT u.name, u.owner, u.i::integer AS i
+		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
+		 WHERE NOT (u.i::integer = ANY (coalesce(v_done, '{}')))
+		   AND EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = u.name AND e.owner = u.owner AND e.expires > clock_timestamp())
+		 ORDER BY u.name COLLATE "C", u.i
+	LOOP
+		PERFORM {TAKE}(r.name, 0);
+		v_now := clock_timestamp();
+		-- The key's entry, and the name's expired ones.
+		WITH d AS (
+			DELETE FROM {HOLDS} e
+			 WHERE e.name = r.name AND (e.owner = r.owner OR e.expires <= v_now)
+			RETURNING e.owner, e.queued, e.expires
+		)
+		SELECT count(*), coalesce(bool_or(d.owner = r.owner AND d.expires > v_now AND NOT d.queued), false)
+		  INTO v_gone, v_held
+		  FROM d;
+		IF v_gone > 0 THEN
+			PERFORM {WAKE}(r.name);
+		END IF;
+		PERFORM {SETTLE}(r.name);
+		o_i := r.i;
+		o_held := v_held;
+		RETURN NEXT;
+	END LOOP;
+END $$;
+
+-- purge deletes the expired holds and queue entries of every name and
+-- returns the holds.
+CREATE OR REPLACE FUNCTION {PURGE}()
+RETURNS TABLE (o_name text, o_owner text, o_mode smallint, o_lim integer, o_token bigint,
+               o_host text, o_meta jsonb, o_ttl bigint, o_created timestamptz,
+               o_renewed timestamptz, o_expires timestamptz, o_now timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+	r     record;
+	v_now timestamptz;
+BEGIN
+	PERFORM set_config('synchronous_commit', 'off', true); -- only expired entries go
+	FOR r IN SELECT k.name FROM {COUNTERS} k WHERE k.xo IS NOT NULL AND k.xe <= clock_timestamp() ORDER BY k.name LOOP
+		v_now := clock_timestamp();
+		RETURN QUERY
+			WITH d AS (
+				SELECT k.name, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe FROM {COUNTERS} k
+				 WHERE k.name = r.name AND k.xo IS NOT NULL AND k.xe <= v_now FOR UPDATE
+			), u AS (
+				UPDATE {COUNTERS} k SET xo = NULL, xm = NULL FROM d WHERE k.name = d.name
+			)
+			SELECT d.name, d.xo, 1::smallint, 0, d.xt, d.xh, d.xm, d.xttl, d.xc, d.xr, d.xe, v_now FROM d;
+	END LOOP;
+	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e WHERE e.expires <= clock_timestamp() ORDER BY e.name LOOP
+		PERFORM {TAKE}(r.name, 0);
+		v_now := clock_timestamp();
+		RETURN QUERY
+			WITH d AS (DELETE FROM {HOLDS} e WHERE e.name = r.name AND e.expires <= v_now RETURNING e.*)
+			SELECT d.name, d.owner, d.mode, d.lim, d.token, d.host, d.meta, d.ttl_ns,
+			       d.created, d.renewed, d.expires, v_now
+			  FROM d WHERE NOT d.queued;
+		PERFORM {WAKE}(r.name);
+		PERFORM {SETTLE}(r.name);
+	END LOOP;
+END $$;
+
+-- reclaim, unless another reclaim ran in the last p_every ns, drops the
+-- entries that expired longer ago than that, starts a new epoch and deletes
+-- the rows of the names that nobody holds or waits for and that were given
+-- no token in it: a name used again takes the current epoch, so it never
+-- reissues a token. It returns how many rows went, or -1 if it did not run.
+CREATE OR REPLACE FUNCTION {RECLAIM}(p_every bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_every interval := (p_every / 1000) * interval '1 microsecond';
+	v_epoch integer;
+	v_n     bigint;
+	r       record;
+BEGIN
+	IF EXISTS (SELECT 1 FROM {EPOCHS} WHERE reclaimed > clock_timestamp() - v_every) THEN
+		RETURN -1;
+	END IF;
+	PERFORM set_config('synchronous_commit', 'off', true);
+	-- Rows are created under this lock, shared (see take).
+	PERFORM pg_advisory_xact_lock(hashtextextended({KEY}, 0));
+	UPDATE {EPOCHS} SET reclaimed = clock_timestamp() WHERE reclaimed <= clock_timestamp() - v_every;
+	IF NOT FOUND THEN
+		RETURN -1; -- another one just ran
+	END IF;
+	-- Entries that expired a while ago: their names would stay busy.
+	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e WHERE e.expires <= clock_timestamp() - v_every ORDER BY e.name LOOP
+		PERFORM {TAKE}(r.name, 0);
+		DELETE FROM {HOLDS} e WHERE e.name = r.name AND e.expires <= clock_timestamp();
+		PERFORM {WAKE}(r.name);
+		PERFORM {SETTLE}(r.name);
+	END LOOP;
+	SELECT e.o_epoch INTO v_epoch FROM {NEWEPOCH}(false) e;
+	DELETE FROM {COUNTERS} k
+	 WHERE k.epoch < v_epoch AND NOT k.busy AND (k.xo IS NULL OR k.xe <= clock_timestamp());
+	GET DIAGNOSTICS v_n = ROW_COUNT;
+	RETURN v_n;
+END $$;
+
+-- list returns the holds and queue entries matching a name (or ''), a
+-- prefix (or '') and an owner (or ''), expired ones included, with the
+-- store's time.
+CREATE OR REPLACE FUNCTION {LIST}(p_name text, p_prefix text, p_owner text)
+RETURNS TABLE (o_name text, o_owner text, o_queued boolean, o_mode smallint, o_lim integer,
+               o_token bigint, o_host text, o_meta jsonb, o_ttl bigint, o_created timestamptz,
+               o_renewed timestamptz, o_expires timestamptz, o_now timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_now timestamptz := clock_timestamp();
+BEGIN
+	IF p_name <> '' THEN
+		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
+		                    e.created, e.renewed, e.expires, v_now
+		  FROM {HOLDS} e
+		 WHERE e.name = p_name AND starts_with(e.name, p_prefix) AND (p_owner = '' OR e.owner = p_owner)
+		UNION ALL
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		  FROM {COUNTERS} k
+		 WHERE k.name = p_name AND k.xo IS NOT NULL AND starts_with(k.name, p_prefix) AND (p_owner = '' OR k.xo = p_owner);
+	ELSIF p_owner <> '' THEN
+		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
+		                    e.created, e.renewed, e.expires, v_now
+		  FROM {HOLDS} e
+		 WHERE e.owner = p_owner AND starts_with(e.name, p_prefix)
+		UNION ALL
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		  FROM {COUNTERS} k
+		 WHERE k.xo = p_owner AND starts_with(k.name, p_prefix);
+	ELSIF p_prefix <> '' THEN
+		-- The range lets the primary key's index (COLLATE "C": byte order) find the prefix.
+		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
+		                    e.created, e.renewed, e.expires, v_now
+		  FROM {HOLDS} e
+		 WHERE e.name >= p_prefix AND e.name < p_prefix || chr(1114111) AND starts_with(e.name, p_prefix)
+		UNION ALL
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		  FROM {COUNTERS} k
+		 WHERE k.name >= p_prefix AND k.name < p_prefix || chr(1114111) AND starts_with(k.name, p_prefix)
+		   AND k.xo IS NOT NULL;
+	ELSE
+		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
+		                    e.created, e.renewed, e.expires, v_now
+		  FROM {HOLDS} e
+		UNION ALL
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		  FROM {COUNTERS} k WHERE k.xo IS NOT NULL;
+	END IF;
+END $$;
+
+-- bind, inside the transaction of Store.InLockedTx, takes the name's row
+-- FOR UPDATE (holding it until that transaction ends, so that nothing is
+-- granted on the name meanwhile) and drops the hold through which the
+-- transaction waited its turn and got its token, if that hold is still
+-- live. It wakes, at commit, the requests queued next.
+CREATE OR REPLACE FUNCTION {BIND}(p_name text, p_owner text, p_token bigint) RETURNS boolean
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+	v_ok boolean;
+BEGIN
+	UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
+	 WHERE k.name = p_name AND k.xo = p_owner AND k.xt = p_token AND k.xe > clock_timestamp();
+	IF FOUND THEN
+		RETURN true;
+	END IF;
+	PERFORM {TAKE}(p_name, 0);
+	DELETE FROM {HOLDS} e
+	 WHERE e.name = p_name AND e.owner = p_owner AND NOT e.queued
+	   AND e.token = p_token AND e.expires > clock_timestamp();
+	v_ok := FOUND;
+	IF v_ok THEN
+		PERFORM {WAKE}(p_name);
+	END IF;
+	PERFORM {SETTLE}(p_name);
+	RETURN v_ok;
+END $$;
+
+COMMENT ON TABLE {COUNTERS} IS {VERSION};
