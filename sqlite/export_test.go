@@ -24,3 +24,11 @@ func Watching(path string) bool {
 	defer sh.wmu.Unlock()
 	return sh.watcher != nil
 }
+
+// SetBoot makes the stores opened until restore runs act as if the
+// machine were in boot id.
+func SetBoot(id string) (restore func()) {
+	old := bootID
+	bootID = func() (string, error) { return id, nil }
+	return func() { bootID = old }
+}

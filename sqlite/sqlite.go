@@ -30,8 +30,8 @@
 //	)
 //
 // state is the JSON of the name's lockstate.State (holders, queue, and the
-// fencing and queue counters), plus the id of the boot it was written in.
-// Rows are never deleted, so that fencing tokens keep growing for the life
+// fencing and queue counters, the counter's epoch), plus the id of the
+// boot it was written in. Rows are never deleted, so that fencing tokens keep growing for the life
 // of the file; a name that nobody holds or waits for keeps a row of a few
 // bytes ({"seq":12,"ticket":3}). [Open] creates the table unless
 // Options.NoCreate is set, in which case the table (and the file) must
@@ -45,12 +45,26 @@
 // whole batch in one transaction, Purge 100 names at a time. A waiting Acquire
 // that would change nothing (the lock is still taken and its place in the
 // queue needs no refresh) is answered from a plain read, without taking
-// the write lock. Commits are synchronous (PRAGMA synchronous=FULL), so
-// that a fencing token once handed out is never handed out again, even
-// after a power loss (on storage that honours fsync). SQLite keeps two
+// the write lock. SQLite keeps two
 // files next to the database, FILE-wal and FILE-shm: the directory must be
 // writable by every process that uses the database, as is the doorbell
 // FILE-wake (see Waking waiters).
+//
+// # Durability
+//
+// On Linux, commits do not wait for the disk (PRAGMA synchronous=NORMAL in
+// WAL mode): a process that dies loses nothing, but a power loss or a
+// crash of the machine may lose the last commits, counters included. Every
+// process of that boot died with it, so no hold it forgot can overlap a
+// new one (no grace period is needed); and the tokens stay above every
+// token handed out before: the first Open in a new boot starts a new
+// epoch, with a flushed commit (the row named "", which no lock name is),
+// and every token of that boot carries the epoch in its high 32 bits, for
+// names whose rows went back and names whose rows were lost alike. The
+// first boot of a new file is epoch 0, so its tokens count from 1. On
+// other systems, where the store cannot tell a reboot, every commit is
+// flushed (synchronous=FULL). Either way this holds on storage that
+// honours fsync.
 //
 // # Clock
 //
@@ -170,6 +184,7 @@ type db struct {
 	busy  time.Duration
 	sh    *shared
 	boot  string // id of the current boot ("" outside Linux)
+	epoch uint64 // this boot's epoch, the high half of its tokens (0 outside Linux)
 
 	qGet, qNamed, qUpsert, qPrefix string
 
@@ -216,7 +231,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("sqlite: open %s with Options.NoCreate: %w", path, err)
 		}
 	}
-	conn, err := sql.Open("sqlite", dsn(path, o.NoCreate))
+	conn, err := sql.Open("sqlite", dsn(path, o.NoCreate, boot != ""))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -272,8 +287,9 @@ func cleanPath(path string, create bool) (string, error) {
 
 // dsn is the modernc.org/sqlite data source name for path: a file: URI
 // (so that any character of the path is escaped), every transaction BEGIN
-// IMMEDIATE unless read-only, and the per-connection pragmas.
-func dsn(path string, mustExist bool) string {
+// IMMEDIATE unless read-only, and the per-connection pragmas: commits
+// flush only with fullSync (see Durability in the package documentation).
+func dsn(path string, mustExist, epochs bool) string {
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p // a Windows drive letter
@@ -281,7 +297,11 @@ func dsn(path string, mustExist bool) string {
 	q := url.Values{}
 	q.Set("_txlock", "immediate")
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()))
-	q.Add("_pragma", "synchronous(FULL)")
+	if epochs {
+		q.Add("_pragma", "synchronous(NORMAL)")
+	} else {
+		q.Add("_pragma", "synchronous(FULL)")
+	}
 	if mustExist {
 		q.Set("mode", "rw")
 	}
@@ -333,6 +353,70 @@ func (d *db) setup(ctx context.Context, noCreate bool) error {
 		}
 		return d.openErr(fmt.Sprintf("check table %q", d.table), err)
 	}
+	if d.boot == "" {
+		return nil
+	}
+	if err := d.retry(ctx, func() error { return d.startEpoch(ctx) }); err != nil {
+		return d.openErr("read the epoch of this boot", err)
+	}
+	return nil
+}
+
+// epochRow is the state of the row named "" (no lock name is empty): the
+// epoch of the last boot that used the table.
+type epochRow struct {
+	Epoch uint64 `json:"epoch"`
+	Boot  string `json:"boot"`
+}
+
+// startEpoch reads this boot's epoch, starting it with a flushed commit if
+// the table was last used in another boot.
+func (d *db) startEpoch(ctx context.Context) error {
+	conn, err := d.sql.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A flushed commit, should it start an epoch (set outside a transaction).
+	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	data, found, err := get(ctx, tx, d.qGet, "")
+	if err != nil {
+		return err
+	}
+	var e epochRow
+	if found {
+		if err := json.Unmarshal(data, &e); err != nil {
+			return fmt.Errorf("row \"\" of table %q holds an invalid epoch: %w", d.table, err)
+		}
+	}
+	if found && e.Boot == d.boot {
+		d.epoch = e.Epoch
+		return tx.Commit()
+	}
+	// A boot, first time: the file may have lost the last commits of the
+	// one before, counters included. A new epoch, durably, before any
+	// grant. Epoch 0 is the first boot of a new file, or of one that
+	// versions flushing every commit wrote.
+	e = epochRow{Epoch: e.Epoch, Boot: d.boot}
+	if found {
+		e.Epoch++
+	}
+	b, _ := json.Marshal(&e)
+	if _, err := tx.ExecContext(ctx, d.qUpsert, "", string(b)); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	d.epoch = e.Epoch
 	return nil
 }
 
@@ -410,6 +494,8 @@ type record struct {
 	// Wall is the wall clock minus the store's clock, in nanoseconds, when
 	// the record was written: it dates entries of an earlier boot.
 	Wall int64 `json:"wall,omitempty"`
+	// Epoch is the epoch of Seq: tokens of a later epoch start above it.
+	Epoch uint64 `json:"e,omitempty"`
 	lockstate.State
 }
 
@@ -457,6 +543,9 @@ func (d *db) decode(name string, data []byte, c *clock) (*record, error) {
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, d.table, err)
 	}
+	if r.Epoch < d.epoch {
+		r.Seq, r.Epoch = max(r.Seq, d.epoch<<32), d.epoch
+	}
 	if r.Idle() || !d.stale(r, c.now) {
 		return r, nil
 	}
@@ -492,9 +581,9 @@ func (d *db) stale(r *record, now time.Time) bool {
 
 // encode returns the row's state to store: compact when idle.
 func (d *db) encode(r *record, c *clock) ([]byte, error) {
-	out := record{State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
+	out := record{Epoch: r.Epoch, State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
 	if !r.Idle() {
-		out = record{Boot: d.boot, Wall: c.wall, State: r.State}
+		out = record{Boot: d.boot, Wall: c.wall, Epoch: r.Epoch, State: r.State}
 	}
 	return json.Marshal(&out)
 }
@@ -536,7 +625,12 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 		rs := make([]*record, len(names))
 		dirty := false
 		for i, n := range names {
-			r := &record{}
+			if n == "" {
+				return errors.New("sqlite: empty lock name") // the epoch's row
+			}
+			// A name without a row starts in this epoch: the row may have
+			// been lost with the last commits of an earlier boot.
+			r := &record{Epoch: d.epoch, State: lockstate.State{Seq: d.epoch << 32}}
 			data, found, err := get(ctx, tx, d.qGet, n)
 			if err != nil {
 				return err
