@@ -1,8 +1,9 @@
 // Package faultcheck is baton's Jepsen-style fault harness: it runs many
 // client processes against one store, through a fault-injecting TCP proxy
 // per client, while it kills (SIGKILL) and pauses (SIGSTOP/SIGCONT) the
-// holders, restarts the server and starts clients with jumped clocks; it
-// records every operation with its result, and checks the history:
+// holders, restarts and crashes the server and starts clients with jumped
+// clocks; it records every operation with its result, and checks the
+// history:
 //
 //  1. the fenced resource (package fenced) never accepted a write of an
 //     older token after a newer one, and no holder's critical section is

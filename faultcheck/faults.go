@@ -10,11 +10,13 @@ import (
 
 // inject runs faults until the run's duration is over: one fault starts
 // every 0.4–1.4s, on a worker that has no fault on it, and the server is
-// restarted once, at 40% of the run.
+// restarted once, at 40% of the run, and crashed once, at 70%.
 func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 	end := start + int64(r.cfg.Duration)
 	restartAt := start + int64(r.cfg.Duration)*4/10
+	crashAt := start + int64(r.cfg.Duration)*7/10
 	restarted := r.cfg.Store.Server == "" || r.cfg.Store.NoRestart
+	crashed := restarted
 	var faults []func(*slot) // the kinds that apply to this store
 	var kinds []string
 	weights := []int{}
@@ -41,7 +43,13 @@ func (r *runner) inject(ctx context.Context, slots []*slot, start int64) {
 		if !restarted && Mono() >= restartAt {
 			restarted = true
 			wg.Add(1)
-			go func() { defer wg.Done(); r.restart(ctx) }()
+			go func() { defer wg.Done(); r.restart(ctx, false) }()
+			continue
+		}
+		if !crashed && Mono() >= crashAt {
+			crashed = true
+			wg.Add(1)
+			go func() { defer wg.Done(); r.restart(ctx, true) }()
 			continue
 		}
 		pick := r.intn(total)
@@ -185,15 +193,28 @@ func (r *runner) partition(s *slot) {
 	time.Sleep(r.cfg.TTL / 3)
 }
 
-// restart restarts the store's server through scripts/servers.
-func (r *runner) restart(ctx context.Context) {
-	r.count(FaultRestart)
+// restart restarts the store's server through scripts/servers: cleanly,
+// or, with crash, killing it with SIGKILL first.
+func (r *runner) restart(ctx context.Context, crash bool) {
+	kind, how := FaultRestart, "restarted"
+	if crash {
+		kind, how = FaultCrash, "crashed and started again"
+	}
+	r.count(kind)
 	from := Mono()
-	err := Servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
+	var err error
+	if crash {
+		err = Servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "crash", r.cfg.Store.Server)
+		if err == nil {
+			err = Servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "up", r.cfg.Store.Server)
+		}
+	} else {
+		err = Servers(ctx, r.cfg.Servers, r.cfg.Dir, r.cfg.Store, "restart", r.cfg.Store.Server)
+	}
 	to := Mono()
 	r.rec.restarted(from, to)
-	r.rec.fault(FaultRestart, -1, 0, from, to)
-	r.logf("%s: server restarted in %s", r.cfg.Store.Name, ms(to-from))
+	r.rec.fault(kind, -1, 0, from, to)
+	r.logf("%s: server %s in %s", r.cfg.Store.Name, how, ms(to-from))
 	if err != nil {
 		r.fail(err)
 	}

@@ -49,6 +49,7 @@ const (
 	FaultKill      = "kill"      // SIGKILL of a worker, a holder when one holds
 	FaultPause     = "pause"     // SIGSTOP … SIGCONT of a worker, a holder when one holds
 	FaultRestart   = "restart"   // the server restarted (once per run)
+	FaultCrash     = "crash"     // the server killed (SIGKILL, no clean shutdown) and started again (once per run)
 	FaultClock     = "clock"     // a worker (re)started with its monotonic and boot clocks jumped
 )
 
