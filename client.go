@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -381,7 +380,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 // retryable reports whether a failed store call is worth trying again:
 // not a refusal, not the caller's end, not a rule the store enforced.
 func retryable(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, driver.ErrNotGranted) &&
+	return ctx.Err() == nil && !errors.Is(err, driver.ErrNotGranted) && !errors.Is(err, driver.ErrClosed) &&
 		!errors.Is(err, driver.ErrModeConflict) && !errors.Is(err, driver.ErrLimitConflict) && !errors.Is(err, ErrInvalid)
 }
 
@@ -677,5 +676,5 @@ func (b *backoff) next() time.Duration {
 	d := time.Millisecond << min(b.n, 20)
 	b.n++
 	d = min(d, b.max)
-	return d/2 + mrand.N(d/2+1)
+	return driver.Jitter(d)
 }

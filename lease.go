@@ -41,7 +41,7 @@ type Lease struct {
 
 // margin is how much earlier than the store a holder gives up: room for
 // the holder's and the store's clocks to run at rates up to 1% apart.
-func margin(ttl time.Duration) time.Duration { return max(ttl/100, time.Millisecond) }
+func margin(ttl time.Duration) time.Duration { return driver.Margin(ttl) }
 
 func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, keepAlive bool) *Lease {
 	k := driver.Key{Name: req.Name, Owner: req.Owner}

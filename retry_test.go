@@ -3,6 +3,7 @@ package baton_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +166,31 @@ func TestLockRefusesGrantThatArrivesAfterItsTTL(t *testing.T) {
 	defer c2.Close()
 	if _, err := c2.TryLock(ctx, "x", &baton.LockOptions{TTL: ttl}); !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("TryLock with a late answer and retries off: %v, want ErrLeaseLost", err)
+	}
+}
+
+// closedStore answers every Acquire as a store closed under the client.
+type closedStore struct {
+	*mem.Store
+	calls atomic.Int32
+}
+
+func (s *closedStore) Acquire(context.Context, *driver.Request) (*driver.Grant, error) {
+	s.calls.Add(1)
+	return nil, fmt.Errorf("somestore: %w", driver.ErrClosed)
+}
+
+// A store that says it is closed is not asked again.
+func TestLockDoesNotRetryAClosedStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := &closedStore{Store: mem.New()}
+	c, _ := baton.New(s, nil)
+	defer c.Close()
+	if _, err := c.Lock(ctx, "x", nil); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Lock on a closed store: %v, want driver.ErrClosed", err)
+	}
+	if n := s.calls.Load(); n != 1 {
+		t.Errorf("%d Acquire calls to a closed store, want 1", n)
 	}
 }

@@ -36,10 +36,10 @@
 //
 //	store          atomic decision                      clock                   token                      wakes waiters
 //	mem            records: a map under a mutex         process monotonic       per-name counter           channel per name
-//	SQLite         records: BEGIN IMMEDIATE txn         machine monotonic+boot  per-name counter (row)     in-process + inotify on the WAL
-//	PostgreSQL     one server-side function call        clock_timestamp()       per-name counter (row)     LISTEN/NOTIFY
+//	SQLite         records: BEGIN IMMEDIATE txn         machine monotonic+boot  boot epoch + counter       in-process + inotify on the WAL
+//	PostgreSQL     one server-side function call        clock_timestamp()       server epoch + counter     LISTEN/NOTIFY
 //	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
-//	Redis          one Lua script (hash + sorted set)   Redis TIME              per-name INCR key          grant pushed to a per-waiter list, BLPOP
+//	Redis          one Lua script (hash + sorted set)   Redis TIME              max(last+1, TIME in µs)    grant pushed to a per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
 //	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
 //	MongoDB        unique-key insert of (name, ticket)  holder's observation    the ticket                 polling
@@ -49,6 +49,11 @@
 // "records" marks the stores built on package records, which applies the
 // grant rules of package lockstate once over a store that can read and
 // atomically rewrite one record per name.
+//
+// A store also finds here the small pieces every store needs: [Margin],
+// [Jitter], [Sleep], [Retry], and [ErrClosed], which its own closed-store
+// error wraps. docs/adding-a-store.md lists what to write for a new store
+// and every place outside it to touch.
 //
 // "Holder's observation" means a waiter judges a record expired only after
 // seeing it unchanged for its TTL on its own monotonic clock (client-go's

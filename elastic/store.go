@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
 	"github.com/baton-go/baton/driver/records"
 )
@@ -53,7 +54,7 @@ type Options struct {
 }
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("elastic: store is closed")
+var ErrClosed = fmt.Errorf("elastic: %w", driver.ErrClosed)
 
 var indexName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,254}$`)
 
@@ -367,7 +368,7 @@ func (s *docs) apply(ctx context.Context, name string, fn func(st *lockstate.Sta
 			return time.Time{}, 0, fmt.Errorf("elastic: lock %q: gave up after %d conflicting writes", name, attempt)
 		}
 		if attempt > 2 {
-			if err := sleep(ctx, time.Duration(rand.Int64N(int64(min(attempt, 20))*int64(time.Millisecond)))); err != nil {
+			if err := driver.Sleep(ctx, time.Duration(rand.Int64N(int64(min(attempt, 20))*int64(time.Millisecond)))); err != nil {
 				return time.Time{}, 0, err
 			}
 		}
@@ -412,17 +413,6 @@ func (s *docs) apply(ctx context.Context, name string, fn func(st *lockstate.Sta
 		case clockBehind:
 			forced = srv // decide again by the server's clock as it is
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -172,11 +172,10 @@
 //
 // # Tests
 //
-// Store implements drivertest.Crasher (Crash drops the session without
-// revoking its lease) and drivertest.Partitioner (SetPartitioned
-// black-holes the store's connections, which Open dials through a gate of
-// its own), so that baton's conformance suite can simulate dead and
-// cut-off holders.
+// The package's tests simulate dead and cut-off holders with hooks that
+// are not part of the API: dropping the session without revoking its
+// lease, and black-holing the connections, which Open dials through a gate
+// of its own.
 package etcd
 
 import (
@@ -232,7 +231,7 @@ type Options struct {
 }
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("etcd: store is closed")
+var ErrClosed = fmt.Errorf("etcd: %w", driver.ErrClosed)
 
 // ErrSessionLost is wrapped by the error of a session that ended.
 var ErrSessionLost = errors.New("etcd: session lost")
@@ -289,8 +288,7 @@ type pendingKey struct {
 }
 
 // New returns a Store over cli, which the caller owns: Close does not
-// close it. Stores made by New cannot be partitioned by tests (see
-// SetPartitioned).
+// close it. Stores made by New cannot be partitioned by tests.
 func New(cli *clientv3.Client, opts *Options) (*Store, error) {
 	if cli == nil {
 		return nil, errors.New("etcd: client is nil")

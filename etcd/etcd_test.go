@@ -97,7 +97,7 @@ func client(t testing.TB, s driver.Store) *baton.Client {
 func TestConformance(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		drivertest.Run(t, drivertest.Config{
-			Open:         func(t testing.TB) driver.Store { return open(t, nil) },
+			Open:         func(t testing.TB) driver.Store { return batonetcd.Faulty{Store: open(t, nil)} },
 			SessionBound: true,
 			// The suite's lost-lease tests wait 3×400ms×Slow for a cut-off
 			// holder's Done: the session needs up to SessionTTL (2s).
@@ -325,7 +325,7 @@ func TestSessionLossEndsHolds(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		ctx := ctxFor(t, 30*time.Second)
 		st := open(t, nil)
-		f := drivertest.NewFaulty(st)
+		f := drivertest.NewFaulty(batonetcd.Faulty{Store: st})
 		c, err := baton.New(f, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -620,13 +620,13 @@ func TestFailedReleaseIsCleanedUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		lease := st.LeaseID()
-		st.SetPartitioned(true)
+		batonetcd.Faulty{Store: st}.SetPartitioned(true)
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		if _, err := st.Release(rctx, []driver.Key{{Name: n, Owner: "orphan"}}); err == nil {
 			t.Fatal("Release through a partition succeeded")
 		}
 		cancel()
-		st.SetPartitioned(false)
+		batonetcd.Faulty{Store: st}.SetPartitioned(false)
 		l, err := other.Lock(ctxFor(t, 10*time.Second), n, nil)
 		if err != nil {
 			t.Fatalf("the orphaned key was not deleted: %v", err)

@@ -41,3 +41,10 @@ func (s *Store) LeaseID() int64 {
 	}
 	return 0
 }
+
+// Faulty is a store with the test hooks drivertest looks for
+// (drivertest.Crasher, drivertest.Partitioner).
+type Faulty struct{ *Store }
+
+func (f Faulty) Crash()                   { f.Store.crash() }
+func (f Faulty) SetPartitioned(down bool) { f.Store.setPartitioned(down) }

@@ -6,12 +6,12 @@ import (
 	"sync"
 )
 
-// Crash drops the store's session as a killed process would, for tests
-// (drivertest.Crasher): keepalives stop and the connection closes, but the
+// crash drops the store's session as a killed process would, for tests
+// (drivertest.Crasher, through export_test.go): keepalives stop and the connection closes, but the
 // lease is not revoked, so the server ends it after SessionTTL. The store
 // is unusable afterwards; Close only frees what is left. A store made by
 // New only stops its keepalives: the caller's client stays open.
-func (s *Store) Crash() {
+func (s *Store) crash() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -33,14 +33,14 @@ func (s *Store) Crash() {
 	}
 }
 
-// SetPartitioned cuts the store off from the cluster (true), as a network
+// setPartitioned cuts the store off from the cluster (true), as a network
 // partition would, or reconnects it (false), for tests
-// (drivertest.Partitioner). While cut off, nothing the client sends
+// (drivertest.Partitioner, through export_test.go). While cut off, nothing the client sends
 // reaches the servers (keepalives included) and nothing they send is
 // read; new connections wait. Reconnecting closes the connections that
 // were cut, and the client dials anew. Only stores made by Open can be
 // cut off; for others it does nothing.
-func (s *Store) SetPartitioned(down bool) {
+func (s *Store) setPartitioned(down bool) {
 	if s.gate != nil {
 		s.gate.set(down)
 	}

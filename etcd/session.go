@@ -59,7 +59,7 @@ func (ss *session) alive() bool {
 
 // margin is how much earlier than the server a session gives up: room for
 // this machine's clock and the server's to run at rates up to 1% apart.
-func margin(ttl time.Duration) time.Duration { return max(ttl/100, time.Millisecond) }
+func margin(ttl time.Duration) time.Duration { return driver.Margin(ttl) }
 
 // session returns the store's live session, granting a new lease if there
 // is none (at first use, or after the last one was lost).

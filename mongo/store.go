@@ -93,7 +93,7 @@ func patience(ttl time.Duration) time.Duration { return ttl + ttl/50 + 5*time.Mi
 
 // margin is what the holder's own deadline keeps from its TTL, as baton's
 // leases do.
-func margin(ttl time.Duration) time.Duration { return max(ttl/100, time.Millisecond) }
+func margin(ttl time.Duration) time.Duration { return driver.Margin(ttl) }
 
 func newID() string {
 	var b [16]byte

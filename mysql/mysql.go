@@ -223,7 +223,7 @@ type Options struct {
 }
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("mysql: store is closed")
+var ErrClosed = fmt.Errorf("mysql: %w", driver.ErrClosed)
 
 // Store is a client of a lock table in MySQL or MariaDB. It is safe for
 // concurrent use.

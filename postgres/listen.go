@@ -241,7 +241,7 @@ func (h *hub) run(ctx context.Context) {
 			}
 			h.wakeAll()
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(driver.Jitter(delay))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

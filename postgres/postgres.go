@@ -187,7 +187,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -254,7 +253,7 @@ const (
 )
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("postgres: store is closed")
+var ErrClosed = fmt.Errorf("postgres: %w", driver.ErrClosed)
 
 // Store is a client of a lock table in PostgreSQL. It is safe for
 // concurrent use.
@@ -799,4 +798,3 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 }
 
 // jitter returns d scaled by a random factor in [0.5, 1].
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"time"
+
+	"github.com/baton-go/baton/driver"
 )
 
 // reclaimEvery reclaims now and then while the store is open: each client
@@ -10,7 +12,7 @@ import (
 // reclaim a period old does the work.
 func (s *Store) reclaimEvery(period time.Duration) {
 	defer s.janitor.Done()
-	t := time.NewTimer(jitter(period))
+	t := time.NewTimer(driver.Jitter(period))
 	defer t.Stop()
 	for {
 		select {
@@ -21,7 +23,7 @@ func (s *Store) reclaimEvery(period time.Duration) {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		_, _ = s.reclaim(ctx, period)
 		cancel()
-		t.Reset(jitter(period))
+		t.Reset(driver.Jitter(period))
 	}
 }
 

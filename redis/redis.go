@@ -265,7 +265,7 @@ type Options struct {
 }
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("redis: store is closed")
+var ErrClosed = fmt.Errorf("redis: %w", driver.ErrClosed)
 
 // Store is a lock store in one Redis database (or cluster). It is safe for
 // concurrent use.

@@ -54,7 +54,7 @@ type Options struct {
 const DefaultPoll = 25 * time.Millisecond
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("spanner: store is closed")
+var ErrClosed = fmt.Errorf("spanner: %w", driver.ErrClosed)
 
 // Store is a lock table in one Cloud Spanner database. It is safe for
 // concurrent use.

@@ -114,7 +114,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -165,7 +164,7 @@ type Options struct {
 }
 
 // ErrClosed is returned by a Store's methods after Close.
-var ErrClosed = errors.New("sqlite: store is closed")
+var ErrClosed = fmt.Errorf("sqlite: %w", driver.ErrClosed)
 
 var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -476,7 +475,7 @@ func (d *db) retry(ctx context.Context, fn func() error) error {
 			return fmt.Errorf("database %s stayed locked by another connection for %v: %w", d.path, d.busy, err)
 		}
 		d := min(time.Millisecond<<min(attempt, 5), 20*time.Millisecond)
-		t := time.NewTimer(d/2 + rand.N(d/2+1))
+		t := time.NewTimer(driver.Jitter(d))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

@@ -93,3 +93,10 @@ func (s *Store) Waiting(name, owner string) (string, bool) {
 	}
 	return w.path, true
 }
+
+// Faulty is a store with the test hooks drivertest looks for
+// (drivertest.Crasher, drivertest.Partitioner).
+type Faulty struct{ *Store }
+
+func (f Faulty) Crash()                   { f.Store.crash() }
+func (f Faulty) SetPartitioned(down bool) { f.Store.setPartitioned(down) }

@@ -706,11 +706,12 @@ func (f *framer) feed(p []byte, fn func(head []byte, first bool)) {
 	}
 }
 
-// Crash drops the store's connection without closing its session, as a
+// crash drops the store's connection without closing its session, as a
 // killed process would, and never reconnects: the server expires the
 // session after its timeout and deletes its nodes. The store is unusable
-// afterwards but for Close. A test hook (drivertest.Crasher).
-func (s *Store) Crash() {
+// afterwards but for Close. A test hook (drivertest.Crasher, through
+// export_test.go).
+func (s *Store) crash() {
 	s.crashed.Store(true)
 	s.mu.Lock()
 	sess := s.cur
@@ -721,9 +722,10 @@ func (s *Store) Crash() {
 	}
 }
 
-// SetPartitioned cuts (true) or restores (false) the store's traffic, as a
+// setPartitioned cuts (true) or restores (false) the store's traffic, as a
 // network partition would: while cut, what the client sends is lost, what
 // the server sends never arrives, and no new connection can be made; a
 // connection that was cut stays dead. A test hook
-// (drivertest.Partitioner); it works on connections Open made.
-func (s *Store) SetPartitioned(cut bool) { s.partitioned.Store(cut) }
+// (drivertest.Partitioner, through export_test.go); it works on
+// connections Open made.
+func (s *Store) setPartitioned(cut bool) { s.partitioned.Store(cut) }

@@ -135,7 +135,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"path"
@@ -242,15 +241,15 @@ type Event struct {
 
 var (
 	// ErrClosed is returned by a Store's methods after Close.
-	ErrClosed = errors.New("zookeeper: store is closed")
+	ErrClosed = fmt.Errorf("zookeeper: %w", driver.ErrClosed)
 	// ErrSessionExpired says the server expired the session.
 	ErrSessionExpired = errors.New("zookeeper: session expired")
 	// ErrSessionTimeout says the server was not heard from for nearly the
 	// session timeout: the session may have expired.
 	ErrSessionTimeout = errors.New("zookeeper: server not heard from for the session timeout: the session may have expired")
-	// ErrCrashed is returned after Crash (a test hook).
-	ErrCrashed = errors.New("zookeeper: store crashed (test hook)")
 
+	// errCrashed is returned after crash (a test hook).
+	errCrashed = errors.New("zookeeper: store crashed (test hook)")
 	// errSessionLost ends a step whose session ended; the operation starts
 	// again in a new session.
 	errSessionLost = errors.New("zookeeper: session lost")
@@ -448,7 +447,7 @@ func (s *Store) live(ctx context.Context) (*session, error) {
 			return nil, ErrClosed
 		case s.crashed.Load():
 			s.mu.Unlock()
-			return nil, ErrCrashed
+			return nil, errCrashed
 		}
 		sess := s.cur
 		if (sess == nil || sess.lost()) && s.servers != nil {
@@ -571,7 +570,7 @@ func (s *Store) backoff(n int) time.Duration {
 	if d > s.opts.MaxRetryWait || d <= 0 {
 		d = s.opts.MaxRetryWait
 	}
-	return d/2 + rand.N(d/2+1)
+	return driver.Jitter(d)
 }
 
 func (s *Store) sleep(ctx context.Context, sess *session, d time.Duration) error {

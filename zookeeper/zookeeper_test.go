@@ -185,7 +185,7 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
-				return st
+				return zookeeper.Faulty{Store: st}
 			},
 			SessionBound: true,
 			// A holder cut off loses its session sessionTimeout×0.9 after the
@@ -418,7 +418,7 @@ func TestNoLeakAfterSessionDies(t *testing.T) {
 		if n := len(children(t, z, root+"/"+zookeeper.Escape(names[1]))); n != 2 {
 			t.Fatalf("%d nodes for %s, want holder and waiter", n, names[1])
 		}
-		st.Crash()
+		zookeeper.Faulty{Store: st}.Crash()
 		select {
 		case <-g.Session.Done():
 		case <-time.After(3 * sessionTimeout):
@@ -551,7 +551,7 @@ func TestEvents(t *testing.T) {
 			t.Errorf("Renew after reconnecting: %v", err)
 		}
 
-		st.SetPartitioned(true)
+		zookeeper.Faulty{Store: st}.SetPartitioned(true)
 		exp := log.wait(t, zookeeper.EventSessionExpired, 1)
 		if !errors.Is(exp.Err, zookeeper.ErrSessionTimeout) {
 			t.Errorf("session-expired event %+v, want ErrSessionTimeout", exp)
@@ -564,7 +564,7 @@ func TestEvents(t *testing.T) {
 		if !errors.Is(l.Err(), baton.ErrLeaseLost) {
 			t.Errorf("lease Err %v, want ErrLeaseLost", l.Err())
 		}
-		st.SetPartitioned(false)
+		zookeeper.Faulty{Store: st}.SetPartitioned(false)
 		l2, err := c.TryLock(ctx, "events/"+t.Name()+"/2", nil)
 		if err != nil {
 			t.Fatalf("TryLock after the partition: %v", err)

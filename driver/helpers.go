@@ -1,0 +1,38 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// ErrClosed is wrapped by every store's error for a call made after Close:
+// baton does not retry it.
+var ErrClosed = errors.New("store is closed")
+
+// Margin is how much sooner than the store a holder gives up a lease (or a
+// session) of ttl: room for clocks that run at slightly different rates
+// and for scheduling delays. 1% of ttl, at least a millisecond.
+func Margin(ttl time.Duration) time.Duration { return max(ttl/100, time.Millisecond) }
+
+// Jitter returns a random duration between d/2 and d, so that clients that
+// back off or poll together spread out.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// Sleep waits for d, or until ctx ends, returning ctx.Err() then.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
