@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,9 +12,15 @@ import (
 )
 
 // schemaVersion is stored as the comment of the counters table. Open
-// compares it to decide whether the functions must be (re)created; bump it
-// whenever schema.sql changes.
-const schemaVersion = "baton postgres store, schema 3"
+// compares it to decide whether the functions must be (re)created. It ends
+// with a hash of schema.sql, so that any change of the SQL replaces the
+// functions of an older version of this package.
+var schemaVersion = "baton postgres store, schema 3 " + hashOf(schemaSQL)[:12]
+
+func hashOf(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
 
 var (
 	tableRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)

@@ -78,7 +78,9 @@
 // locking names in byte order so that batches cannot deadlock; holds that
 // are no longer live are skipped without taking their name's lock. The
 // functions plan with sequential scans off, so that plans cached while the
-// tables were small stay index scans once they are large.
+// tables were small stay index scans once they are large, and with
+// generic plans, so that a batch's arrays do not make PostgreSQL plan each
+// call anew.
 //
 // A token is the name's epoch (see Durability) in its high 32 bits and the
 // name's counter within that epoch in the low 32: tokens of a name grow for

@@ -280,7 +280,7 @@ CREATE OR REPLACE FUNCTION {ACQUIRE}(
 	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint,
 	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
 	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint)
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	v_epoch      integer;
 	v_grace      timestamptz;
@@ -299,19 +299,27 @@ DECLARE
 	v_first      timestamptz;
 	v_ok         boolean;
 	v_conflict   boolean;
+	v_max_ttl    bigint;
 BEGIN
-	SELECT b.o_epoch, b.o_grace INTO v_epoch, v_grace FROM {BEGIN}(p_ttl, p_durable) b;
+	-- begin's common case, inline: the marker is there, and the lease
+	-- needs no flush and no raise of max_ttl.
+	SELECT i.epoch, i.max_ttl, i.grace INTO v_epoch, v_max_ttl, v_grace FROM {INCARNATION} i;
+	IF FOUND AND p_durable >= 0 AND p_ttl <= p_durable AND p_ttl <= v_max_ttl THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+	ELSE
+		SELECT b.o_epoch, b.o_grace INTO v_epoch, v_grace FROM {BEGIN}(p_ttl, p_durable) b;
+	END IF;
 
 	-- The fast path: an exclusive request on a name that nobody holds or
 	-- waits for (its row, if any, is not busy and has no live inline hold).
-	IF p_mode = 1 AND clock_timestamp() >= v_grace THEN
+	v_now := clock_timestamp();
+	IF p_mode = 1 AND v_now >= v_grace THEN
 		UPDATE {COUNTERS} k
 		   SET seq = CASE WHEN k.epoch >= v_epoch THEN k.seq + 1 ELSE 1 END,
 		       epoch = greatest(k.epoch, v_epoch),
 		       xo = p_owner, xh = p_host, xm = p_meta, xttl = p_ttl,
 		       xt = (greatest(k.epoch, v_epoch)::bigint << 32) | CASE WHEN k.epoch >= v_epoch THEN k.seq + 1 ELSE 1 END,
-		       xc = t.now, xr = t.now, xe = t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
-		  FROM (SELECT clock_timestamp() AS now) t
+		       xc = v_now, xr = v_now, xe = v_now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
 		 WHERE k.name = p_name AND NOT k.busy AND (k.xo IS NULL OR k.xe <= clock_timestamp())
 		   AND (k.epoch < v_epoch OR k.seq < 4294967295)
 		RETURNING k.xt, k.xc, k.xe INTO o_token, o_created, o_expires;
@@ -433,7 +441,7 @@ END $$;
 -- are not live are skipped without locking their name.
 CREATE OR REPLACE FUNCTION {RENEW}(p_names text[], p_owners text[], p_ttls bigint[], p_durable bigint)
 RETURNS TABLE (o_i integer, o_token bigint, o_created timestamptz, o_renewed timestamptz, o_expires timestamptz)
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	r      record;
 	v_now  timestamptz;
@@ -494,7 +502,7 @@ END $$;
 -- live entry are skipped without locking their name.
 CREATE OR REPLACE FUNCTION {RELEASE}(p_names text[], p_owners text[])
 RETURNS TABLE (o_i integer, o_held boolean)
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	r      record;
 	v_now  timestamptz;
@@ -682,7 +690,7 @@ END $$;
 -- transaction waited its turn and got its token, if that hold is still
 -- live. It wakes, at commit, the requests queued next.
 CREATE OR REPLACE FUNCTION {BIND}(p_name text, p_owner text, p_token bigint) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	v_ok boolean;
 BEGIN
