@@ -36,8 +36,9 @@ func TestFastPathWritesWhatGeneralPathWrites(t *testing.T) {
 		}
 		generalScript := redis.NewScript(general)
 		// state runs sc for req on a fresh name and describes what it
-		// wrote, times relative to the server's.
-		state := func(sc *redis.Script, req *driver.Request) string {
+		// wrote, times relative to the server's, and returns apart the
+		// TTL of the state's hash (in ms, rounded by the server).
+		state := func(sc *redis.Script, req *driver.Request) (string, time.Duration) {
 			b := s.base("same")
 			in, _ := encodeInfo(req.Host, req.Meta)
 			v, err := sc.Run(ctx, rdb, []string{b + "r", b + "q", b + "c"}, "same", req.Owner, s.acquireArgs(req), in).Int64Slice()
@@ -49,9 +50,10 @@ func TestFastPathWritesWhatGeneralPathWrites(t *testing.T) {
 			keys := rdb.Keys(ctx, prefix+":*").Val()
 			defer rdb.Del(ctx, keys...)
 			c, _ := rdb.Get(ctx, b+"c").Int64()
-			out := fmt.Sprintf("reply %v keys %d ttl %v counter %d, ttl %v ",
+			ttl := rdb.PTTL(ctx, b+"r").Val()
+			out := fmt.Sprintf("reply %v keys %d counter %d, ttl %v ",
 				[]int64{v[0], v[1] - now, v[3] - now, v[4] - now, v[5]}, len(keys),
-				rdb.PTTL(ctx, b+"r").Val().Round(100*time.Millisecond), c-now, rdb.PTTL(ctx, b+"c").Val().Round(time.Minute))
+				c-now, rdb.PTTL(ctx, b+"c").Val().Round(time.Minute))
 			d := func(s string, i int) float64 { return math.Float64frombits(binary.BigEndian.Uint64([]byte(s[i:]))) }
 			for _, f := range []string{"n", "L", "S", "o:" + req.Owner} {
 				val, ok := all[f]
@@ -67,16 +69,20 @@ func TestFastPathWritesWhatGeneralPathWrites(t *testing.T) {
 					out += fmt.Sprintf("%s %q; ", f, val)
 				}
 			}
-			return out
+			return out, ttl
 		}
 		for _, req := range []*driver.Request{
 			{Owner: "o", Mode: driver.Exclusive, TTL: 1500 * time.Millisecond, Host: "h"},
 			{Owner: "o", Mode: driver.Shared, Limit: 3, TTL: 1500 * time.Millisecond, Host: "h", Queue: true, QueueTTL: time.Second},
 			{Owner: "o", Mode: driver.Shared, TTL: 1234567 * time.Microsecond, Meta: map[string]string{"k": "v"}},
 		} {
-			fast, slow := state(acquireScript, req), state(generalScript, req)
+			fast, fttl := state(acquireScript, req)
+			slow, sttl := state(generalScript, req)
 			if fast != slow {
 				t.Errorf("%+v:\nfast path:    %s\ngeneral path: %s", req, fast, slow)
+			}
+			if d := fttl - sttl; d < -time.Second || d > time.Second {
+				t.Errorf("%+v: the state expires in %v after the fast path, %v after the general path", req, fttl, sttl)
 			}
 		}
 	})
