@@ -82,10 +82,7 @@ func setupEmulator(ctx context.Context, addr string) error {
 	if err := os.Setenv("SPANNER_EMULATOR_HOST", addr); err != nil {
 		return err
 	}
-	if err := batonspanner.CreateEmulatorDatabase(ctx, benchSpannerDB); err != nil {
-		return err
-	}
-	return batonspanner.CreateTable(ctx, benchSpannerDB, batonspanner.DefaultTable)
+	return batonspanner.CreateTable(ctx, benchSpannerDB, nil)
 }
 
 // CountedSpannerClient is a Spanner client of db whose RPCs add to calls.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"time"
 )
 
@@ -35,4 +36,25 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// FillZero returns a copy of *opts (a zero T if opts is nil) whose zero
+// fields take from's values. A store's Open uses it so that options given
+// in its URL apply where the caller's Options leave a field zero. T must be
+// a struct type.
+func FillZero[T any](opts, from *T) *T {
+	var out T
+	if opts != nil {
+		out = *opts
+	}
+	if from == nil {
+		return &out
+	}
+	dst, src := reflect.ValueOf(&out).Elem(), reflect.ValueOf(from).Elem()
+	for i := range dst.NumField() {
+		if f := dst.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(src.Field(i))
+		}
+	}
+	return &out
 }

@@ -8,15 +8,14 @@
 //
 //	client, err := baton.Open(ctx, "opensearch://user:pass@10.0.0.5:9200/my-locks", nil)
 //
-// or build a store over a client you own with [New]:
-//
-//	os, _ := opensearch.NewClient(opensearch.Config{Addresses: addrs})
-//	st, err := elastic.New(os, nil)
-//	client, err := baton.New(st, nil)
+// or build a store with [New] over a client you own and pass it to
+// baton.New.
 //
 // It needs the document API with if_seq_no/if_primary_term (Elasticsearch
 // 6.7+, OpenSearch 1+) and Painless update scripts (ctx._now). Its tests
-// run on Elasticsearch 7.10 and OpenSearch 2.19.
+// run on Elasticsearch 7.10 and OpenSearch 2.19, single nodes;
+// Elasticsearch 8 and later, clusters of several nodes and primary
+// failover are not tested.
 //
 // # URL
 //
@@ -34,85 +33,33 @@
 // duration, see Options.ClockStep). Unknown options are an error. A store
 // opened from a URL owns its HTTP client and checks the cluster with GET /.
 //
-// # Documents
+// # Index
 //
-// Each lock name is one document of the lock index, whose id is "x" and
-// the base64url encoding of the name (so names never need escaping in a
-// URL), holding the name, its holders, its FIFO queue, its fencing counter
-// and the owners, indexed for listings. Documents are read by id (GET is
-// real-time: no refresh is needed), never by search, for every decision.
-// Every change is one Painless update of the document that first checks
-// what was read: if_seq_no and if_primary_term when it existed, creation
-// only (a scripted upsert that refuses an existing document) when it did
-// not. A conflict means someone else wrote first: the store reads again and
-// decides again. So no write is ever blind, and a late renewal or release
-// can never touch a hold that was taken over.
+// Each lock name is one document of the lock index, holding its holders,
+// FIFO queue and fencing counter; documents are never deleted, so each
+// name ever locked costs one small document. The index is created on first
+// use with one shard and a mapping that indexes only what listings search
+// ([IndexBody]); set Options.NoCreateIndex to create it yourself. See
+// docs/stores/elastic.md#documents.
 //
-// Acquire costs one GET and one update (just the GET when the request is
-// refused without joining the queue); Renew and Release, one GET and one
-// update per name. The grant rules are those of package lockstate,
-// evaluated in Go. Documents stay after their last holder leaves, so that
-// fencing tokens keep growing for the life of the index: each name ever
-// locked costs one small document. Deleting the index resets them.
+// # Guarantees and limits
 //
-// The index is created on first use with one shard (every lock judged by
-// one node's clock), auto_expand_replicas 0-1, and a mapping that indexes
-// only name, owners and now (dynamic: false): see [IndexBody]. Set
-// Options.NoCreateIndex to create it yourself.
+// Every decision reads the document by id (real-time) and writes it with
+// one update conditional on what was read (if_seq_no and if_primary_term,
+// or create-only), so no write is ever blind. An acknowledged update is on
+// the primary and every in-sync replica, so it survives the loss of a
+// node, and fencing tokens never go back; deleting the index, or restoring
+// an older snapshot, loses everything. See docs/stores/elastic.md#durability.
 //
-// # Time
+// Expiry is judged by the cached clock of the node holding the primary
+// shard, whose lag Options.ClockStep bounds: a hold dies in the index
+// ClockStep after its TTL, and a crashed holder is taken over up to
+// 2×ClockStep after that. No two machines' clocks are compared, but if the
+// primary shard moves, the new node's clock takes over: keep the nodes'
+// clocks synchronised (NTP). See docs/stores/elastic.md#time.
 //
-// Expiry is judged by the server's clock: ctx._now in the update script,
-// the clock of the node holding the index's primary shard. Elasticsearch
-// and OpenSearch cache that clock and advance it every
-// thread_pool.estimated_time_interval (200ms by default), so it lags the
-// real time by up to that much. The script therefore stamps the times it
-// writes with ctx._now + ClockStep (an upper bound of the real time: a
-// hold never expires in the index before its holder's own deadline, its
-// call's start plus its TTL on its monotonic clock), and drops an expired
-// holder only once ctx._now itself (a lower bound) has passed its expiry.
-// Decisions are made in Go with an estimate of the server's clock, and the
-// script refuses a write whose estimate ran ahead; the store then decides
-// again by the clock the refusal reported. No two machines' clocks are
-// compared. Costs: a hold dies in the index ClockStep after its TTL, and a
-// crashed holder is taken over up to 2×ClockStep after that; listings
-// report times up to ClockStep ahead. If the primary shard moves to another
-// node, that node's clock takes over: keep the nodes' clocks synchronised
-// (NTP), and raise ClockStep if you raised estimated_time_interval.
-//
-// # Waiting
-//
-// A waiting Lock polls the version of the name's document (a GET without
-// its source, from 2ms apart backing off to 100ms) and tries again as soon
-// as it changes: no push from the server, but a hand-off within a few
-// milliseconds, for one small request per waiter per poll.
-//
-// # Durability
-//
-// An acknowledged update is on the primary and every in-sync replica (and
-// in their translogs, fsynced per request by default), so it survives the
-// loss of a node, and fencing tokens never go back. Lost: everything, if
-// the index is deleted or restored from an older snapshot.
-//
-// # Listings
-//
-// List with a name reads that document. Other listings, and Purge, refresh
-// the index (one more request) and search it by name prefix or owner, then
-// Purge rewrites each name that has expired holders as Acquire would. A
-// listing is as fresh as its refresh.
-//
-// # What the tests show
-//
-// The conformance suite, walk-throughs of es-distributed-lock's and
-// Kestra's locks, and faultcheck pass against a real Elasticsearch 7.10.2
-// node and a real OpenSearch 2.19 node, each started by scripts/servers in
-// one JVM (codelibs' runners, from Maven Central): from a URL, and through
-// go-elasticsearch (v7; since v7.14 it refuses a server that sends no
-// X-Elastic-Product header, as 7.10 does, so the tests' client adds it to
-// the replies) and opensearch-go. Not tested: Elasticsearch 8 and later
-// (no runnable node with Painless can be had here), TLS and API keys
-// against a real cluster (their configuration is unit-tested), clusters of
-// several nodes, and primary failover.
+// Waiters poll the document's version (2ms apart, backing off to 100ms).
+// Listings other than by name, and Purge, search a refreshed index.
 package elastic
 
 import (
@@ -129,11 +76,11 @@ import (
 	"github.com/baton-go/baton/driver"
 )
 
-// Schemes are the URL schemes the package registers with baton.
-var Schemes = []string{"elasticsearch", "opensearch", "elasticsearch+https", "opensearch+https"}
+// schemes are the URL schemes the package registers with baton.
+var schemes = []string{"elasticsearch", "opensearch", "elasticsearch+https", "opensearch+https"}
 
 func init() {
-	for _, scheme := range Schemes {
+	for _, scheme := range schemes {
 		baton.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
 			return Open(ctx, u.String(), nil)
 		})
@@ -145,7 +92,7 @@ func init() {
 // cluster answers. Options given in the URL apply where opts leaves the
 // field zero.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
-	tr, o, err := ParseURL(rawURL, opts)
+	tr, o, err := parseURL(rawURL, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +113,10 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// ParseURL returns the transport and options a URL asks for (see the
+// parseURL returns the transport and options a URL asks for (see the
 // package documentation), without connecting. Options given in the URL
 // apply where opts leaves the field zero.
-func ParseURL(rawURL string, opts *Options) (*HTTPTransport, *Options, error) {
+func parseURL(rawURL string, opts *Options) (*HTTPTransport, *Options, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -187,7 +134,7 @@ func ParseURL(rawURL string, opts *Options) (*HTTPTransport, *Options, error) {
 	case "elasticsearch+https", "opensearch+https":
 		scheme = "https"
 	default:
-		return nil, nil, fmt.Errorf("elastic: URL scheme %q is not one of %v", u.Scheme, Schemes)
+		return nil, nil, fmt.Errorf("elastic: URL scheme %q is not one of %v", u.Scheme, schemes)
 	}
 	if u.Hostname() == "" {
 		return nil, nil, fmt.Errorf("elastic: URL %s has no host", u.Redacted())

@@ -60,6 +60,11 @@ var indexName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,254}$`)
 
 // Store is a lock store in one index of an Elasticsearch or OpenSearch
 // cluster. It is safe for concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	*records.Store
 	d *docs

@@ -5,12 +5,8 @@
 //
 //	client, err := baton.Open(ctx, "etcd://10.0.0.5:2379,10.0.0.6:2379,10.0.0.7:2379/myapp", nil)
 //
-// or build a store over a clientv3.Client you own with [New] and pass it to
-// baton.New:
-//
-//	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints})
-//	st, err := batonetcd.New(cli, nil)
-//	client, err := baton.New(st, nil)
+// or build a store with [New] over a clientv3.Client you own and pass it to
+// baton.New.
 //
 // It needs etcd 3.4 or later: every test runs on etcd 3.4 (Debian's) and
 // 3.7, and a three-member cluster test on 3.4; it uses the client of etcd
@@ -25,8 +21,9 @@
 // if none is given). Go's URL parser checks the text after the last colon
 // as a port, so give every host a port or none, and use at most one IPv6
 // literal; Open's bare endpoint lists and New have no such limits. User
-// and password, when given, log in with etcd's authentication. The path, when not empty, is the key prefix (a slash is
-// appended: "/myapp" puts every key under "/myapp/"). Options:
+// and password, when given, log in with etcd's authentication. The path,
+// when not empty, is the key prefix (a slash is appended: "/myapp" puts
+// every key under "/myapp/"). Options:
 //
 //	session_ttl   Options.SessionTTL, a Go duration ("10s")
 //	dial_timeout  how long Open waits for the cluster (default 5s)
@@ -39,143 +36,44 @@
 // Open also accepts a bare list of endpoints ("127.0.0.1:2379,10.0.0.6:2379").
 // A store opened with Open owns its client and closes it on Close.
 //
-// # Sessions
-//
-// Every hold of a Store lives in ONE etcd lease, its session: granted when
-// the Store first needs it, shared by all its holds and queued requests,
-// and kept alive by one goroutine that sends a keepalive every third of
-// SessionTTL, whatever the number of holds. The session is judged on this
-// machine's monotonic clock: it may be lost (its Done channel closes) when
-// no keepalive sent in the last SessionTTL, less 1%, was acknowledged, or as
-// soon as the server says the lease is gone. The server cannot have
-// expired the lease before then, since it counts from when it received the
-// keepalive. baton ends every hold of the session when it closes
-// (ErrLeaseLost); later acquisitions take a new lease. A lease judged lost
-// is revoked if the server can still be reached, so that its keys do not
-// wait for the server to expire them. Close revokes the lease: every key of
-// the Store disappears at once.
-//
-// The LockOptions.TTL of a hold is recorded but does not bound it: a
-// session-bound hold lasts until it is released or its session ends. With
-// NoKeepAlive, baton still ends the hold after its TTL and releases it.
-// Renew only reports whether the hold still exists. The session is the
-// grants' driver.Session and implements driver.SessionDeadline, so that a
-// lease's Deadline and Err follow the last acknowledged keepalive.
-//
 // # Keys
 //
-// A request of owner O for name N is one key, bound to the session's lease:
+// A request of owner O for name N is one key, <prefix><hex of N>/<O>,
+// bound to the Store's session lease; the name's keys, in order of their
+// create revision, are its FIFO queue, and the grant rules of package
+// lockstate are applied to that order. Deleted keys stay in etcd's history
+// until it is compacted, and every acquisition creates a key: run etcd
+// with automatic compaction (--auto-compaction-mode and
+// --auto-compaction-retention), or reads slow down and the database fills
+// up. See docs/stores/etcd.md#keys-and-the-queue.
 //
-//	<prefix><hex of N>/<O>    {"name":N,"mode":1|2,"limit":L,"host":…,"meta":…,"ttl":…,"created":…}
+// # Guarantees and limits
 //
-// The name is hex-encoded so that any name ("a/b", "..", "", a name that
-// is a prefix of another) is one path segment of [0-9a-f]; hex keeps byte
-// order and prefixes, so Status with a name prefix reads one key range.
-// The key is created with Txn(If(CreateRevision(key) == 0), Then(Put(key,
-// value, WithLease(session)))), and the name's keys, in order of their
-// create revision, are its FIFO queue. The grant rules of package
-// lockstate become rules over that order:
-//
-//   - exclusive: granted when its key is the first;
-//   - shared with limit L (0: none): granted when no exclusive key is
-//     ahead of it and, for L > 0, fewer than L keys are ahead of it.
-//
-// Holders and waiters are all keys: a key that meets its rule is a holder,
-// and stays one until it is deleted (keys ahead only ever disappear). A
-// request that is not queued (TryLock) and not granted deletes its key
-// again before it returns. An owner that already has a key for the name
-// re-acquires it: the value is rewritten (meta, host, TTL) and bound to the
-// current session, and the key keeps its create revision; another mode or
-// limit is ErrModeConflict. Created times are the clients' clocks, for
-// display only; etcd's own decisions use no clock but its leases'.
-//
-// # Fencing tokens
-//
-// A hold's fencing token is its key's create revision: etcd's revision
-// only grows, for the life of the cluster, so tokens of one name (of every
-// name, in fact) increase, and they survive restarts and snapshots. Tokens
-// are not consecutive. The token is taken when the request is queued, not
-// when it is granted: an exclusive holder's token is above every token
-// granted before it, but shared holders of one name that ask with different
-// limits can be granted out of queue order (a later request with a higher
-// limit may pass an earlier one with a lower limit), and then a holder's
-// token may be below one granted before it. Holders of one name should
-// agree on the limit, as baton documents.
-//
-// # Waiting
-//
-// The store implements driver.Waiter. A waiting request watches only the
-// key that blocks it: the key just ahead (exclusive), the last exclusive
-// key ahead (shared), or, for a semaphore that is full, the keys ahead of
-// it as a range, counting their deletions until fewer than L are left.
-// Each wait creates its watch without a start revision, waits for etcd's
-// "created" notification, and only then reads the name's keys again,
-// returning at once if the blocker is gone: a deletion is either seen by
-// that read or reported by the watch, and the watch is served as the
-// server's writes commit (a watch created at an older revision would be
-// served by etcd's 100 ms catch-up loop, which caps clientv3's
-// concurrency.Mutex near ten acquisitions a second per waiter). Only the
-// waiter a deletion unblocks wakes: there is no herd.
-//
-// When the blocker is all that keeps the request out (it is second in
-// line), the watch covers the key range from the blocker's key to the
-// request's own (skipping deletions of other keys in between): one watch
-// delivers its events in revision order, so the blocker's deletion, seen
-// before any deletion of the request's own key (a lost session, or a
-// Release by its owner elsewhere), grants the request at that revision,
-// and its next attempt returns the grant without reading. Each Store keeps
-// one idle watch open on its gRPC watch stream, which the client would
-// otherwise close and reopen around every wait.
-//
-// # Cost
-//
-// An uncontended Lock is one transaction that writes (the key's creation,
-// with the read of the name's keys) and its release one delete (a hold this
-// Store granted is known to be a holder if the key deleted still has its
-// create revision; other releases read the name's keys in the same
-// transaction). A refused attempt leaves the key in place; the waiter then
-// creates one watch per wait and reads the name's keys once more (a
-// serializable read, when the member it reaches is up to date), and its
-// next attempt after a wake-up is a read, not a write (and not even that
-// for a waiter that was second in line). The hand-off from a release to
-// the next holder is thus the release's commit, the watch event and at
-// most one read. Keepalives cost one call per third of SessionTTL per
-// Store. List without a name reads every key of the prefix (or of the
-// name prefix).
-//
-// # Compaction
-//
-// Every acquisition creates a key of its own (baton gives each Lock a new
-// owner unless one is chosen), and etcd keeps deleted keys in its index
-// until the history is compacted: the name's reads walk them all. Measured
-// here, on etcd 3.4, an uncontended Lock of one name went from 1.7 ms to
-// 3.6 ms after 4,000 to 8,000 acquisitions without compaction, and back to
-// 2 ms after one. Run etcd with automatic compaction (for instance
-// --auto-compaction-mode=periodic --auto-compaction-retention=5m, or
-// revision-based), as etcd recommends for any workload that writes: the
-// history also fills the database up to its space quota.
-//
-// # Releases by others
-//
-// Client.ForceRelease (an administrator's release) deletes the key: the lock is
-// free at once. baton does not renew session-bound holds, so their holder
-// is not told until it calls Lease.Renew, which then reports the hold gone.
-//
-// # Failures
+// Holds live in the Store's session, one etcd lease kept alive every third
+// of SessionTTL, not in per-hold TTLs: a hold lasts until it is released
+// or its session ends (LockOptions.TTL is recorded, and bounds a hold only
+// with NoKeepAlive). The session is judged lost, on this machine's
+// monotonic clock, when no keepalive sent in the last SessionTTL less 1%
+// was acknowledged, which is before the server can expire the lease and
+// grant the lock to someone else; baton then ends its leases with
+// ErrLeaseLost. Close revokes the lease. A holder that dies or is cut off
+// blocks others for up to SessionTTL. See docs/stores/etcd.md#sessions.
 //
 // etcd is linearizable: a grant acknowledged by a majority survives the
-// loss of any minority of members, and a new leader keeps every lease (it
-// extends them by an election timeout). A holder whose keepalives stop
-// reaching a majority (its member partitioned, no leader for longer than
-// SessionTTL) sees its session end before the server can expire the lease,
-// and so before anyone else can be granted the lock.
+// loss of any minority of members, and a new leader keeps every lease.
+// Decisions use no clock but the leases'. See docs/stores/etcd.md#failures.
 //
-// # Tests
+// Fencing tokens are the keys' create revisions: they grow for the life of
+// the cluster, across restarts and snapshots, but are not consecutive.
+// Taken when a request is queued, they can go back between shared holders
+// of one name that ask with different limits; holders of a name should
+// agree on its limit. See docs/stores/etcd.md#fencing-tokens.
 //
-// The package's tests simulate dead and cut-off holders with hooks that
-// are not part of the API: dropping the session without revoking its
-// lease, and black-holing the connections, which Open dials through a gate
-// of its own.
+// Waking waiters: a waiter watches only the key that blocks it, so a
+// release wakes only the waiter it lets in. See docs/stores/etcd.md#waiting.
+//
+// Client.ForceRelease deletes the key, freeing the lock at once; its
+// holder learns of it only when it calls Lease.Renew.
 package etcd
 
 import (
@@ -237,6 +135,11 @@ var ErrClosed = fmt.Errorf("etcd: %w", driver.ErrClosed)
 var ErrSessionLost = errors.New("etcd: session lost")
 
 // Store is a lock store in an etcd cluster. It is safe for concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	cli    *clientv3.Client
 	owned  bool

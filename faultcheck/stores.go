@@ -31,10 +31,7 @@ func spannerSetup(ctx context.Context, addr string) error {
 	if err := os.Setenv("SPANNER_EMULATOR_HOST", addr); err != nil {
 		return err
 	}
-	if err := batonspanner.CreateEmulatorDatabase(ctx, spannerDB); err != nil {
-		return err
-	}
-	return batonspanner.CreateTable(ctx, spannerDB, batonspanner.DefaultTable)
+	return batonspanner.CreateTable(ctx, spannerDB, nil)
 }
 
 // Store is one server of a store that the harness knows how to run.

@@ -32,6 +32,11 @@ var (
 )
 
 // Store is one client of an in-memory backend.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	*records.Store
 	b      *backend

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -51,6 +52,11 @@ type Options struct {
 }
 
 // Store is a baton store on a MongoDB collection.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	client *mongo.Client
 	coll   *mongo.Collection
@@ -61,6 +67,9 @@ type Store struct {
 	// and a manual Renew) each see the version the other wrote.
 	rewriting [64]sync.Mutex
 
+	indexMu sync.Mutex
+	indexed atomic.Bool // CreateIndexes succeeded
+
 	mu     sync.Mutex
 	closed bool
 	own    map[driver.Key]*own
@@ -69,9 +78,9 @@ type Store struct {
 }
 
 // New returns a store over a client you own (its TLS, auth, pools and
-// timeouts are yours), creating the collection's indexes if missing.
-// Close does not disconnect the client.
-func New(ctx context.Context, client *mongo.Client, opts *Options) (*Store, error) {
+// timeouts are yours). The store creates the collection's indexes, if
+// missing, before its first acquire. Close does not disconnect the client.
+func New(client *mongo.Client, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("mongo: New needs a client")
 	}
@@ -98,10 +107,21 @@ func New(ctx context.Context, client *mongo.Client, opts *Options) (*Store, erro
 		seen: map[string]map[string]seen{},
 		dead: map[string]map[string]time.Time{},
 	}
-	if err := s.CreateIndexes(ctx); err != nil {
-		return nil, err
-	}
 	return s, nil
+}
+
+// ensureIndexes creates the indexes once per Store: the required one makes
+// each ticket's insert unique, which the grant relies on.
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	if s.indexed.Load() {
+		return nil
+	}
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	if s.indexed.Load() {
+		return nil
+	}
+	return s.CreateIndexes(ctx)
 }
 
 // Collection returns the store's collection.
@@ -126,7 +146,8 @@ type Index struct {
 }
 
 // CreateIndexes creates the required and recommended indexes; indexes
-// that exist already (by name) are skipped. New and Open call it.
+// that exist already (by name) are skipped. Open calls it, and a Store
+// calls it before its first acquire.
 func (s *Store) CreateIndexes(ctx context.Context) error {
 	fail := func(err error) error {
 		return fmt.Errorf("mongo: create indexes of %s.%s: %w", s.coll.Database().Name(), s.coll.Name(), err)
@@ -153,6 +174,7 @@ func (s *Store) CreateIndexes(ctx context.Context) error {
 			return fail(err)
 		}
 	}
+	s.indexed.Store(true)
 	return nil
 }
 
@@ -160,7 +182,8 @@ func (s *Store) CreateIndexes(ctx context.Context) error {
 // driver's connection string: hosts, credentials, tls, authSource,
 // replicaSet, w, timeouts, … all apply) and returns a store that owns the
 // connection. The URL's path names the database; the option collection=
-// names the collection. opts may be nil.
+// names the collection. Options given in the URL apply where opts leaves
+// the field zero; opts may be nil.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -171,12 +194,12 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		o = *opts
 	}
 	q := u.Query()
-	if c := q.Get("collection"); c != "" {
+	if c := q.Get("collection"); c != "" && o.Collection == "" {
 		o.Collection = c
 	}
 	q.Del("collection")
 	u.RawQuery = q.Encode()
-	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" && o.Database == "" {
 		o.Database = db
 	}
 	co := options.Client().ApplyURI(u.String())
@@ -187,7 +210,10 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mongo: connect %s: %w", u.Redacted(), err)
 	}
-	s, err := New(ctx, client, &o)
+	s, err := New(client, &o)
+	if err == nil {
+		err = s.CreateIndexes(ctx)
+	}
 	if err != nil {
 		client.Disconnect(context.WithoutCancel(ctx))
 		return nil, err

@@ -262,6 +262,9 @@ func (s *Store) retryAfter(st *state, req *driver.Request, recv time.Time) time.
 
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
+	if err := s.ensureIndexes(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err

@@ -80,7 +80,7 @@ func TestOpenURL(t *testing.T) {
 				t.Errorf("Open(%q) succeeded", bad)
 			}
 		}
-		if _, err := batonmongo.New(ctx, nil, nil); err == nil {
+		if _, err := batonmongo.New(nil, nil); err == nil {
 			t.Error("New(nil client) succeeded")
 		}
 	})

@@ -71,8 +71,8 @@ func (o objects) statements() []string {
 	return out
 }
 
-// DDL returns the SQL script that creates the lock table called table
-// (DefaultTable if empty) in the current database: two tables and five
+// DDL returns the SQL script that creates the lock table a Store with opts
+// uses (Options.Table, DefaultTable if empty) in the current database: two tables and five
 // stored procedures. It is written for the mysql and mariadb command-line
 // clients (it uses their DELIMITER command), e.g.
 //
@@ -83,16 +83,14 @@ func (o objects) statements() []string {
 // needs SELECT, INSERT, UPDATE and DELETE on the two tables and EXECUTE on
 // the procedures. The script drops and re-creates the procedures, so it can
 // be run again to upgrade them; the tables are only created if missing.
-func DDL(table string) (string, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := checkTable(table); err != nil {
+func DDL(opts *Options) (string, error) {
+	o, err := checkOptions(opts)
+	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
 	b.WriteString("-- " + schemaVersion + "\nDELIMITER //\n")
-	for _, s := range newObjects(table).statements() {
+	for _, s := range newObjects(o.Table).statements() {
 		b.WriteString(s)
 		b.WriteString("\n//\n")
 	}
@@ -118,7 +116,7 @@ func DDL(table string) (string, error) {
 //
 // Lock waits are bounded: each procedure sets innodb_lock_wait_timeout to
 // one second for its own statements (and puts the session's value back).
-// Only a transaction of Store.InTx holds a name's row for longer; an
+// Only a transaction of Store.InLockedTx holds a name's row for longer; an
 // acquire that meets one answers "not granted", naming the transaction's
 // hold as the entry to wait for, instead of blocking in the server, and a
 // purge skips that name. This also bounds how long a CALL runs after its

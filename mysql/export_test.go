@@ -1,5 +1,7 @@
 package mysql
 
+import "net/url"
+
 // Test hooks.
 
 // DropSQL returns the statements that drop every object of a lock table
@@ -15,6 +17,16 @@ func DropSQL(table string) []string {
 
 // Statements returns the DDL of table, one statement per element.
 func Statements(table string) []string { return newObjects(table).statements() }
+
+// ParseURL converts a mysql:// or mariadb:// URL to a go-sql-driver DSN
+// and the Options its baton_ parameters set.
+func ParseURL(rawURL string) (dsn string, opts *Options, err error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", nil, err
+	}
+	return parseURL(u)
+}
 
 // HeldBells is the number of bells s holds.
 func HeldBells(s *Store) int { return s.bells.heldCount() }

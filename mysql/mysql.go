@@ -7,11 +7,9 @@
 //
 //	client, err := baton.Open(ctx, "mysql://app:secret@db.example.com:3306/app?tls=true", nil)
 //
-// or open a store directly with [Open] (from a go-sql-driver DSN) or [New]
-// (over a *sql.DB of your own) and pass it to baton.New.
-//
-// Every test, the transactional mode's included, and faultcheck run on
-// MariaDB 10.11 and MySQL 8.0.31.
+// or open a store directly with [Open] (or [New], over a pool of your own)
+// and pass it to baton.New. Tests and faultcheck run on MariaDB 10.11 and
+// MySQL 8.0.31.
 //
 // # URL
 //
@@ -31,144 +29,53 @@
 // against the system roots, tls=skip-verify encrypts without verifying,
 // tls=preferred uses TLS when the server offers it, and tls=NAME uses a
 // *tls.Config registered under NAME with mysql.RegisterTLSConfig (for a
-// private CA or client certificates) before the URL is opened. [ParseURL]
-// shows the DSN a URL becomes.
+// private CA or client certificates) before the URL is opened.
 //
 // # Schema
 //
 // With Options.Table T (baton_locks by default), the store uses, in the
-// connection's database:
+// connection's database, the InnoDB tables T (the counters of every lock
+// name ever used; never deleted) and T_holds (holds and queue entries),
+// and the stored procedures T_acquire, T_renew, T_release, T_purge and
+// T_bind. Names and owners are VARBINARY, compared byte for byte. [DDL]
+// returns the script. Unless Options.NoCreate is set, the store runs it on
+// first use when the objects are missing or were made by another version
+// of this package: the user then needs the CREATE, DROP, CREATE ROUTINE
+// and ALTER ROUTINE privileges on the database. With NoCreate, run the
+// script yourself; the store's user then needs SELECT, INSERT, UPDATE and
+// DELETE on the tables and EXECUTE on the procedures.
 //
-//	T          one row per lock name ever used: (name, seq, ticket), the
-//	           name's fencing and queue counters. Never deleted, so that
-//	           tokens keep growing for the life of the table, purges
-//	           included.
-//	T_holds    one row per hold or queue entry, keyed (name, owner): mode,
-//	           limit, token (or queue ticket), host, meta (JSON), TTL,
-//	           created, renewed, expires (UTC). Indexed by owner too.
-//	T_acquire, T_renew, T_release, T_purge, T_bind
-//	           stored procedures: each call of a Store is one CALL, one
-//	           round trip.
+// # Guarantees and limits
 //
-// Names and owners are VARBINARY: compared byte for byte, so "x", "X" and
-// "x " are three different locks whatever the collations of the server.
-// Both tables are InnoDB.
+// Each decision about a name is taken under that name's row lock, at READ
+// COMMITTED (which needs binlog_format ROW or MIXED if the server writes a
+// binary log, and autocommit on, the default), with the grant rules of
+// package lockstate. Fencing tokens of a name grow for the life of the
+// table. A call whose context ends may run a few seconds longer, to report
+// what the server did. See docs/stores/mysql.md#how-a-call-is-decided.
 //
-// [DDL] returns the whole script. Unless Options.NoCreate is set, the store
-// runs it on first use (in [Open], or in the first call of a Store made by
-// [New]) when the objects are missing or were created by another version of
-// this package (their comments record the version), while holding a
-// GET_LOCK named after the table, so that processes opening the store at
-// the same time take turns. The user then needs the CREATE, DROP, CREATE
-// ROUTINE and ALTER ROUTINE privileges on the database. With NoCreate, run
-// the script yourself; the store then fails with a clear error if the
-// objects are missing or out of date.
+// Clock: the server's UTC_TIMESTAMP(6), read under the row lock; clients'
+// clocks may disagree. Stepping the server's clock shortens or lengthens
+// every hold alive at that moment. Why: docs/stores/mysql.md#clock.
 //
-// # How a call is decided
+// Durability is the server's: keep innodb_flush_log_at_trx_commit=1 (the
+// default), and sync_binlog=1 if the server writes a binary log, so that a
+// fencing token once handed out is never handed out again after a crash.
+// Each acquire and release then costs a log flush. See
+// docs/stores/mysql.md#durability.
 //
-// Every procedure first takes the name's row of T with SELECT … FOR UPDATE
-// (creating the row if needed): that row lock serializes all decisions
-// about one name, across every client. It then reads the server's clock,
-// drops the name's expired holds and queue entries, and applies the grant
-// rules of package lockstate: an owner that holds the name already extends
-// its hold and keeps its token (another mode or limit is refused); an
-// exclusive request needs no holder and nobody queued ahead; a shared one
-// needs no exclusive holder, no exclusive request queued ahead and, with a
-// limit L, fewer than L holders and shared requests queued ahead; a grant
-// takes the next value of the name's counter as its fencing token; a
-// request that is not granted joins the name's FIFO queue (or refreshes
-// its place once half its queue TTL is used). Renew and Release send their
-// whole batch as one JSON argument and handle it in one transaction,
-// locking the names in byte order; holds that are no longer live are
-// skipped without taking their name's lock. The transactions run at READ
-// COMMITTED (set by each procedure for its own transaction), which needs
-// binlog_format ROW or MIXED if the server writes a binary log, and
-// autocommit on for the store's connections (the default).
+// Waking waiters: the store rings doorbells made of user-level locks
+// (GET_LOCK): a release wakes the one waiter next in line; baton's fallback
+// poll covers holds that expire. A Store holds one pool connection for its
+// bells and one more per Lock that is waiting: size a pool given to New
+// accordingly. See docs/stores/mysql.md#waking-waiters.
 //
-// The procedures wait at most a second for a name's row (they set
-// innodb_lock_wait_timeout for their own statements only). Only a
-// transaction of Store.InTx holds a row that long; an Acquire that meets
-// one reports the lock as taken, and its waiter is woken when the
-// transaction ends. A call whose context ends is not cut off at once:
-// MySQL finishes a statement whose client has gone, so a cancelled CALL
-// could still grant or queue the request with nobody to know it. Calls
-// that change locks therefore run up to a few seconds past their context
-// (normally a second at most, thanks to the bound above) and report what
-// they did: an Acquire granted as its context ended returns the grant.
+// [Store.InLockedTx] runs a function in a database transaction that holds
+// a lock name as a lease would, with a fencing token from the same
+// counter, for work that must commit atomically with the lock.
 //
-// # Clock and durability
-//
-// The store's clock is the database server's UTC_TIMESTAMP(6), read once
-// the name's row is locked (see the comment on ddlTemplate in ddl.go for
-// why an expiry computed from it is never earlier than the holder's own
-// deadline). Only the server's clock is read, so clients' clocks may
-// disagree; stepping the server's clock shortens or lengthens every hold
-// alive at that moment.
-//
-// Commits are as durable as the server makes them: keep
-// innodb_flush_log_at_trx_commit=1 (the default; and sync_binlog=1 if the
-// server writes a binary log), so that a fencing token once handed out is
-// never handed out again after a crash. MySQL cannot relax durability for
-// one transaction, so releases are flushed too: each acquire and each
-// release costs one log flush on the server.
-//
-// # Waking waiters
-//
-// MySQL has no LISTEN/NOTIFY; the store wakes waiters with the server's
-// user-level locks (GET_LOCK), used as doorbells. Each Store keeps one
-// connection of its own, its bell connection, on which it holds a bell
-// named after (table, lock name, owner) for every hold and queue entry it
-// created: the bell is taken before the Acquire that creates the entry and
-// released once the entry is gone (Release, or a Renew that finds the hold
-// lost). A refused Acquire returns, besides the time until the first holder
-// expires, the entry the request should wait for: for an exclusive request
-// the queue entry just ahead of it, or the oldest holder; for a shared one
-// the nearest exclusive entry ahead, or the exclusive holder, or (a full
-// semaphore) the oldest holder. The waiting Lock's Watch then blocks in
-// SELECT GET_LOCK(bell, timeout) on a connection of its own, and releases
-// the bell in the same statement as soon as it gets it: it only wanted to
-// know that the entry ahead left. So each release wakes the one waiter
-// next in line (a chain, as in ZooKeeper's lock recipe), not every waiter.
-// A Release runs on the bell connection when that is idle, and its
-// procedure releases the bells right after deleting the entries, before
-// its commit: the woken waiter's acquire then waits for that commit on the
-// name's row lock, so it cannot find the entry still there, and its own
-// log flush overlaps the release's. (When the bell connection is busy, the
-// Release runs on a pool connection and the bells are released after it.)
-//
-// Where a bell tells nothing, baton's fallback poll (Options.MaxPoll, and
-// the time until the first holder expires) takes over: a hold that ends by
-// expiry (its process died: the connection drop frees its bells, and the
-// entry stays until it expires), a bell that was free while its entry was
-// still live (the entry's Store died or lost its bell connection; the
-// waiter then backs off exponentially up to the poll interval instead of
-// spinning), a semaphore waiter whose slot is freed by a holder other than
-// the oldest, and a hold taken through another Store under the same chosen
-// owner. A bell whose entry ended without this Store seeing it (the hold
-// expired, or was released by an administrator through another Store)
-// stays up until the Store learns of it from a Renew, a Release or Close;
-// as bells are per owner, nobody waits on it past the entry's expiry. Bells are named
-// with a hash (lock names may be longer than the 64
-// characters GET_LOCK allows) and are server-wide, so the hash includes the
-// database and table. A Store has one pool connection for its bells and
-// one more per Lock that is waiting; size a pool given to New accordingly.
-// MySQL (not MariaDB) rounds GET_LOCK's timeout down to whole seconds, so
-// there a wait that must end within a second ends by closing its
-// connection, which is then opened anew.
-//
-// # Logs
-//
-// The store logs nothing. go-sql-driver logs connection trouble through
-// one process-wide logger, to stderr by default: a program routes or
-// silences it with mysql.SetLogger (baton's command passes it to
-// --verbose).
-//
-// # Transactions under the lock
-//
-// [Store.InTx] runs a function in a database transaction that holds a lock
-// name as a lease would, with a fencing token from the same counter, for
-// work that must commit atomically with the lock (as Kestra's JDBC runner
-// does).
+// The store logs nothing; go-sql-driver logs connection trouble to stderr
+// unless a program routes or silences it with mysql.SetLogger.
 package mysql
 
 import (
@@ -197,11 +104,7 @@ import (
 
 func init() {
 	open := func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		dsn, opts, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, dsn, opts)
+		return Open(ctx, u.String(), nil)
 	}
 	baton.Register("mysql", open)
 	baton.Register("mariadb", open)
@@ -227,6 +130,11 @@ var ErrClosed = fmt.Errorf("mysql: %w", driver.ErrClosed)
 
 // Store is a client of a lock table in MySQL or MariaDB. It is safe for
 // concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	db    *sql.DB
 	ownDB bool
@@ -273,11 +181,21 @@ type server struct {
 	dbName  string // the connection's database
 }
 
-// Open connects to the database named by dsn, a go-sql-driver DSN such as
+// Open connects to the database at rawURL, a mysql:// or mariadb:// URL
+// (see the package documentation) or a go-sql-driver DSN such as
 // "user:password@tcp(host:3306)/db?tls=true", with a pool of its own,
-// checks the lock table and creates it unless opts.NoCreate is set. Close
+// checks the lock table and creates it unless opts.NoCreate is set.
+// Options given in the URL apply where opts leaves the field zero. Close
 // closes the pool.
-func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	dsn := rawURL
+	if u, err := url.Parse(rawURL); err == nil && (strings.EqualFold(u.Scheme, "mysql") || strings.EqualFold(u.Scheme, "mariadb")) {
+		d, fromURL, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		dsn, opts = d, driver.FillZero(opts, fromURL)
+	}
 	o, err := checkOptions(opts)
 	if err != nil {
 		return nil, err
@@ -348,17 +266,6 @@ func newStore(db *sql.DB, o Options) *Store {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.bells = &bells{db: db, held: map[string]bool{}, lost: map[string]bool{}}
 	return s
-}
-
-// ParseURL converts a mysql:// or mariadb:// URL (see the package
-// documentation) to a go-sql-driver DSN and the Options its baton_
-// parameters set.
-func ParseURL(rawURL string) (dsn string, opts *Options, err error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("mysql: %w", err)
-	}
-	return parseURL(u)
 }
 
 func parseURL(u *url.URL) (string, *Options, error) {
@@ -641,7 +548,7 @@ func retryable(err error) bool {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case 1213, // deadlock
-			1205,       // lock wait timeout: a name of the batch was held by InTx for a second
+			1205,       // lock wait timeout: a name of the batch was held by InLockedTx for a second
 			1615,       // prepared statement needs to be re-prepared
 			1053,       // server shutdown in progress
 			1927,       // connection killed (MariaDB)

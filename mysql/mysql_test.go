@@ -258,7 +258,7 @@ func TestInvalidTable(t *testing.T) {
 			if _, err := mysql.New(rawDB(t), &mysql.Options{Table: tb}); err == nil || !strings.Contains(err.Error(), "invalid table name") {
 				t.Errorf("New with table %q: %v, want an invalid table name error", tb, err)
 			}
-			if _, err := mysql.DDL(tb); err == nil {
+			if _, err := mysql.DDL(&mysql.Options{Table: tb}); err == nil {
 				t.Errorf("DDL(%q) succeeded", tb)
 			}
 		}
@@ -370,7 +370,7 @@ func TestNoCreate(t *testing.T) {
 		}
 		s.Close()
 		// The DDL script, run by hand, makes it work.
-		script, err := mysql.DDL(tb)
+		script, err := mysql.DDL(&mysql.Options{Table: tb})
 		if err != nil || !strings.Contains(script, "DELIMITER //") || !strings.Contains(script, tb+"_acquire") {
 			t.Fatalf("DDL = %.200q…, %v", script, err)
 		}
@@ -644,7 +644,7 @@ func TestInTx(t *testing.T) {
 		done := make(chan error, 1)
 		var txToken uint64
 		go func() {
-			done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+			done <- s.InLockedTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
 				inside.Store(true)
 				txToken = token
 				_, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('committed', ?)", token)
@@ -654,26 +654,26 @@ func TestInTx(t *testing.T) {
 		waitQueued(t, ctx, c, n, 1)
 		time.Sleep(100 * time.Millisecond)
 		if inside.Load() {
-			t.Fatal("InTx ran while a lease held the lock")
+			t.Fatal("InLockedTx ran while a lease held the lock")
 		}
 		l.Release(ctx)
 		if err := <-done; err != nil {
-			t.Fatalf("InTx: %v", err)
+			t.Fatalf("InLockedTx: %v", err)
 		}
 		if txToken <= l.Token() {
-			t.Errorf("InTx token %d not above the lease's %d", txToken, l.Token())
+			t.Errorf("InLockedTx token %d not above the lease's %d", txToken, l.Token())
 		}
 		var tok uint64
 		if err := db.QueryRowContext(ctx, "SELECT token FROM "+data+" WHERE k = 'committed'").Scan(&tok); err != nil || tok != txToken {
 			t.Errorf("committed row: token %d, %v", tok, err)
 		}
 
-		// A lease and another InTx wait while fn runs; both come after it.
+		// A lease and another InLockedTx wait while fn runs; both come after it.
 		release := make(chan struct{})
 		running := make(chan struct{})
 		var active atomic.Int32
 		go func() {
-			done <- s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+			done <- s.InLockedTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
 				if active.Add(1) != 1 {
 					t.Error("two sections at once")
 				}
@@ -687,7 +687,7 @@ func TestInTx(t *testing.T) {
 		other := open(t, table)
 		done2 := make(chan error, 1)
 		go func() {
-			done2 <- other.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+			done2 <- other.InLockedTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
 				if active.Add(1) != 1 {
 					t.Error("two sections at once")
 				}
@@ -700,7 +700,7 @@ func TestInTx(t *testing.T) {
 			defer close(leased)
 			l, err := c.Lock(ctx, n, nil)
 			if err != nil {
-				t.Errorf("Lock during InTx: %v", err)
+				t.Errorf("Lock during InLockedTx: %v", err)
 				return
 			}
 			if active.Load() != 0 {
@@ -710,7 +710,7 @@ func TestInTx(t *testing.T) {
 		}()
 		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		if l, err := c.TryLock(tctx, n, nil); !errors.Is(err, baton.ErrLocked) {
-			t.Errorf("TryLock during InTx: %v, %v; want ErrLocked", l, err)
+			t.Errorf("TryLock during InLockedTx: %v, %v; want ErrLocked", l, err)
 		}
 		cancel()
 		// A Lock that gives up while fn runs leaves nothing behind (its call
@@ -718,36 +718,36 @@ func TestInTx(t *testing.T) {
 		quitter := client(t, open(t, table), nil)
 		tctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 		if l, err := quitter.Lock(tctx, n, nil); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Lock with an expiring context during InTx: %v, %v", l, err)
+			t.Errorf("Lock with an expiring context during InLockedTx: %v, %v", l, err)
 		}
 		cancel()
 		time.Sleep(100 * time.Millisecond)
 		select {
 		case <-leased:
-			t.Fatal("Lock returned while InTx ran")
+			t.Fatal("Lock returned while InLockedTx ran")
 		case <-done2:
-			t.Fatal("second InTx returned while the first ran")
+			t.Fatal("second InLockedTx returned while the first ran")
 		default:
 		}
 		close(release)
 		if err := <-done; err != nil {
-			t.Fatalf("InTx: %v", err)
+			t.Fatalf("InLockedTx: %v", err)
 		}
 		if err := <-done2; err != nil {
-			t.Fatalf("second InTx: %v", err)
+			t.Fatalf("second InLockedTx: %v", err)
 		}
 		<-leased
 
 		// fn's error rolls back, and leaves the lock free.
 		boom := errors.New("boom")
-		err := s.InTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
+		err := s.InLockedTx(ctx, n, func(ctx context.Context, tx *sql.Tx, token uint64) error {
 			if _, err := tx.ExecContext(ctx, "INSERT INTO "+data+" VALUES ('rolled back', ?)", token); err != nil {
 				return err
 			}
 			return boom
 		})
 		if !errors.Is(err, boom) {
-			t.Errorf("InTx with a failing fn: %v, want its error", err)
+			t.Errorf("InLockedTx with a failing fn: %v, want its error", err)
 		}
 		var cnt int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+data+" WHERE k = 'rolled back'").Scan(&cnt); err != nil || cnt != 0 {
@@ -755,31 +755,31 @@ func TestInTx(t *testing.T) {
 		}
 		l2, err := c.TryLock(ctx, n, nil)
 		if err != nil {
-			t.Fatalf("TryLock after a rolled-back InTx: %v", err)
+			t.Fatalf("TryLock after a rolled-back InLockedTx: %v", err)
 		}
 		l2.Release(ctx)
 		if hs, err := c.Status(ctx, &baton.Filter{Name: n, Queued: true}); err != nil || len(hs) != 0 {
-			t.Errorf("Status after InTx = %+v, %v; want nothing", hs, err)
+			t.Errorf("Status after InLockedTx = %+v, %v; want nothing", hs, err)
 		}
 		if mysql.HeldBells(s) != 0 || mysql.HeldBells(other) != 0 {
-			t.Errorf("bells held after InTx: %d, %d", mysql.HeldBells(s), mysql.HeldBells(other))
+			t.Errorf("bells held after InLockedTx: %d, %d", mysql.HeldBells(s), mysql.HeldBells(other))
 		}
 		// Bad input.
-		if err := s.InTx(ctx, "", func(context.Context, *sql.Tx, uint64) error { return nil }); !errors.Is(err, baton.ErrInvalid) {
-			t.Errorf("InTx with an empty name: %v", err)
+		if err := s.InLockedTx(ctx, "", func(context.Context, *sql.Tx, uint64) error { return nil }); !errors.Is(err, baton.ErrInvalid) {
+			t.Errorf("InLockedTx with an empty name: %v", err)
 		}
 		// Cancellation while waiting leaves the queue.
 		l3 := mustLock(t, ctx, c, n)
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err = s.InTx(wctx, n, func(context.Context, *sql.Tx, uint64) error { return nil })
+		err = s.InLockedTx(wctx, n, func(context.Context, *sql.Tx, uint64) error { return nil })
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("InTx with an expiring context: %v", err)
+			t.Errorf("InLockedTx with an expiring context: %v", err)
 		}
 		l3.Release(ctx)
 		l4, err := c.TryLock(ctx, n, nil)
 		if err != nil {
-			t.Fatalf("TryLock after a cancelled InTx: %v", err)
+			t.Fatalf("TryLock after a cancelled InLockedTx: %v", err)
 		}
 		l4.Release(ctx)
 	})

@@ -2,129 +2,83 @@ package mysql
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
-	"os"
-	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 )
 
-const (
-	// txReserveTTL bounds how long the hold through which InTx waited its
-	// turn outlives a process that dies between the grant and its
-	// transaction's first statement (two round trips), or whose rollback
-	// could not be followed by a release.
-	txReserveTTL = 15 * time.Second
-	// txMaxPoll and txQueueTTL are InTx's fallback poll and queue entry
-	// TTL, as baton's defaults for Lock.
-	txMaxPoll  = 500 * time.Millisecond
-	txQueueTTL = 10 * txMaxPoll
-)
-
-// ErrTxLockLost is returned by InTx in the unlikely case that the hold it
-// was granted expired before its transaction could take the name (more than
-// 15 seconds between the two).
+// ErrTxLockLost is returned by InLockedTx in the unlikely case that the
+// hold it was granted expired before its transaction could take the name
+// (more than 15 seconds between the two).
 var ErrTxLockLost = errors.New("mysql: the lock expired before the transaction could take it")
 
-// InTx runs fn in a database transaction that holds the lock name: no lease
-// is granted on name, and no other InTx runs on it, from before fn is
-// called until the transaction ends. fn receives the transaction and a
-// fencing token from the name's counter, larger than every token handed
-// out for name before (to leases or transactions). If fn returns nil the
-// transaction commits, otherwise it rolls back and InTx returns fn's error;
-// either way the lock is free once InTx returns. fn must neither commit nor
-// roll back tx itself, nor use it after returning.
+// InLockedTx runs fn in a database transaction that holds the lock name:
+// no lease is granted on name, and no other InLockedTx runs on it, from
+// before fn is called until the transaction ends. fn receives the
+// transaction and a fencing token from the name's counter, larger than
+// every token handed out for name before (to leases or transactions). If
+// fn returns nil the transaction commits, otherwise it rolls back and
+// InLockedTx returns fn's error; either way the lock is free once
+// InLockedTx returns. fn must neither commit nor roll back tx itself, nor
+// use it after returning.
 //
-// InTx waits its turn as an exclusive Lock does: in the name's FIFO queue
-// (so shared holders cannot starve it), woken by the bell of the entry
-// ahead, until ctx ends. Once granted, it begins a transaction (at the
-// session's isolation level) whose first statement takes the name's
+// InLockedTx waits its turn as an exclusive Lock does: in the name's FIFO
+// queue (so shared holders cannot starve it), woken by the bell of the
+// entry ahead, until ctx ends. Once granted, it begins a transaction (at
+// the session's isolation level) whose first statement takes the name's
 // counters row with SELECT … FOR UPDATE and drops the hold it was granted:
 // from then on the row lock keeps every other grant out until commit or
-// rollback. While fn runs, acquires of name by others (TryLock included)
-// wait in the database for the transaction to end, each holding a
-// connection of its pool, up to innodb_lock_wait_timeout (50s by default),
-// after which they report the lock as taken. The token was committed,
+// rollback. While fn runs, an acquire of name by another (TryLock
+// included) waits in the database for at most a second, then answers "not
+// granted", naming the transaction's hold as the entry to wait for. The token was committed,
 // durably, before fn runs, so it is never handed out again, even if the
 // transaction rolls back.
 //
 // Status shows the transaction as a holder of name whose owner starts with
 // "tx-" until it ends.
-func (s *Store) InTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx, token uint64) error) error {
+func (s *Store) InLockedTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx, token uint64) error) error {
 	if err := baton.CheckName(name); err != nil {
 		return err
 	}
 	if fn == nil {
-		return errors.New("mysql: InTx: fn is nil")
+		return errors.New("mysql: InLockedTx: fn is nil")
 	}
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
-	req := &driver.Request{
-		Name: name, Owner: "tx-" + rand.Text(), Mode: driver.Exclusive, TTL: txReserveTTL,
-		Queue: true, QueueTTL: txQueueTTL, Host: host,
-	}
-	key := []driver.Key{{Name: name, Owner: req.Owner}}
-	abandon := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = s.Release(rctx, key)
-	}
-	rollback := func(tx *sql.Tx) {
-		_ = tx.Rollback()
-		abandon() // the rollback brought the grant back
-	}
-	g, err := s.waitTurn(ctx, req)
-	if err != nil {
-		abandon()
-		return err
-	}
-
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		abandon()
-		return wrap("begin transaction", err)
-	}
-	done := false
-	defer func() {
-		if !done { // fn panicked
-			rollback(tx)
-		}
-	}()
-	var ok int64
-	if err := tx.StmtContext(ctx, s.st.bind).QueryRowContext(ctx, name, req.Owner, g.Token).Scan(&ok); err != nil || ok != 1 {
-		done = true
-		rollback(tx)
-		if err != nil {
-			return wrap("lock in transaction", err)
-		}
-		return ErrTxLockLost
-	}
-	ferr := fn(ctx, tx, g.Token)
-	done = true
-	if ferr != nil {
-		rollback(tx)
-		return ferr
-	}
-	if err := tx.Commit(); err != nil {
-		abandon()
-		return wrap("commit", err)
-	}
-	// The hold left with the commit: ring its bell.
-	s.bells.drop(s.bellName(name, req.Owner))
-	return nil
+	return s.newLockedTx().Run(ctx, name, fn)
 }
 
-// waitTurn acquires req, waiting as baton's Lock does.
-func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	w, err := s.Watch(ctx, req)
-	if err != nil {
-		return nil, err
+// newLockedTx gives driver.LockedTx the store's steps.
+func (s *Store) newLockedTx() *driver.LockedTx[*sql.Tx] {
+	return &driver.LockedTx[*sql.Tx]{
+		Store: s,
+		Watch: s.Watch,
+		Begin: func(ctx context.Context, name, owner string, token uint64) (*sql.Tx, error) {
+			tx, err := s.db.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, wrap("begin transaction", err)
+			}
+			var ok int64
+			if err := tx.StmtContext(ctx, s.st.bind).QueryRowContext(ctx, name, owner, token).Scan(&ok); err != nil || ok != 1 {
+				_ = tx.Rollback()
+				if err != nil {
+					return nil, wrap("lock in transaction", err)
+				}
+				return nil, ErrTxLockLost
+			}
+			return tx, nil
+		},
+		Commit: func(_ context.Context, tx *sql.Tx) error {
+			if err := tx.Commit(); err != nil {
+				return wrap("commit", err)
+			}
+			return nil
+		},
+		Rollback: func(_ context.Context, tx *sql.Tx) { _ = tx.Rollback() },
+		// The hold left with the commit: ring its bell.
+		Committed: func(name, owner string) { s.bells.drop(s.bellName(name, owner)) },
 	}
-	defer w.Close()
-	return driver.AcquireWaiting(ctx, s, w, req, txMaxPoll)
 }

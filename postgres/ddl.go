@@ -89,23 +89,21 @@ func newObjects(schema, table string) objects {
 	}
 }
 
-// DDL returns the SQL script that creates the lock table called table (in
-// schema, or in the first schema of the search_path if schema is empty),
-// the other tables and the functions every call of a Store goes through
+// DDL returns the SQL script that creates the lock table a Store with opts
+// uses (Options.Table in Options.Schema, or in the first schema of the
+// search_path if Schema is empty), the other tables and the functions every call of a Store goes through
 // (see the package documentation). It is idempotent (CREATE … IF NOT
 // EXISTS, CREATE OR REPLACE), and upgrades a lock table of an earlier
 // version in place. Run it yourself, as a role allowed to create objects,
 // when the store's own role may not (Options.NoCreate); the store's role
 // then needs SELECT, INSERT, UPDATE and DELETE on the tables and EXECUTE
 // on the functions (the default for functions).
-func DDL(schema, table string) (string, error) {
-	if err := checkTable(table); err != nil {
+func DDL(opts *Options) (string, error) {
+	o, err := checkOptions(opts)
+	if err != nil {
 		return "", err
 	}
-	if err := checkSchema(schema); err != nil {
-		return "", err
-	}
-	return newObjects(schema, table).ddl(), nil
+	return newObjects(o.Schema, o.Table).ddl(), nil
 }
 
 func (o objects) ddl() string {

@@ -7,17 +7,14 @@
 //	client, err := baton.Open(ctx, "postgres://app@db.example.com/app?sslmode=verify-full", nil)
 //
 // or open a store directly with [Open] (or [New], over a pool of your own)
-// and pass it to baton.New.
-//
-// Every test, a server restart during holds and the transactional mode
-// included, and faultcheck run on PostgreSQL 15 and 18.
+// and pass it to baton.New. Tests and faultcheck run on PostgreSQL 15, 18.
 //
 // # URL
 //
 // postgres:// and postgresql:// URLs are handed to pgx as they are, so
 // everything about the connection (TLS with sslmode, sslrootcert, sslcert…,
 // passwords, .pgpass, PG* environment variables, pool_max_conns and the
-// other pgxpool settings) is pgx's own configuration. Three query
+// other pgxpool settings) is pgx's own configuration. These query
 // parameters are baton's and are removed before pgx sees the URL:
 //
 //	baton_table=NAME    Options.Table
@@ -29,159 +26,49 @@
 //
 // # Schema
 //
-// With Options.Table T (baton_locks by default), the store uses these
-// objects, in Options.Schema or else in the connection's current schema
-// (the first schema of its search_path):
+// With Options.Table T (baton_locks by default), in Options.Schema or else
+// the connection's current schema, the store uses the tables T (a row per
+// lock name in use), T_holds, T_epochs and the unlogged T_incarnation, and
+// the PL/pgSQL functions T_acquire, T_renew, T_release, T_purge, T_list,
+// T_bind and T_reclaim with their helpers: each call of a Store is one
+// statement, one round trip, one transaction. [DDL] returns the script.
+// Unless Options.NoCreate is set, the store runs it on first use when the
+// table is missing or was made by another version of this package; its
+// role then needs to create tables and functions in the schema. With
+// NoCreate, run the script yourself; the store's role then needs SELECT,
+// INSERT, UPDATE and DELETE on the tables and EXECUTE on the functions.
+// Idle names' rows are reclaimed every Options.Reclaim.
 //
-//	T          one row per lock name in use: the name's fencing and queue
-//	           counters, its epoch, whether it has entries in T_holds
-//	           (busy), and its hold when that hold is the name's only entry
-//	           and exclusive (inline: the x* columns).
-//	T_holds    every other hold and queue entry, keyed (name, owner): mode,
-//	           limit, token (or queue ticket), host, meta (jsonb), TTL,
-//	           created, renewed, expires. Indexed by owner too.
-//	T_epochs   one row: the current epoch, the longest lease granted
-//	           without a flush, the time of the last reclaim.
-//	T_incarnation
-//	           an unlogged table of one row, the marker of the server's
-//	           current incarnation (see Durability).
-//	T_acquire, T_renew, T_release, T_purge, T_list, T_bind, T_reclaim and
-//	the helpers they call: PL/pgSQL functions; each call of a Store is one
-//	statement, one round trip, one transaction.
+// # Guarantees and limits
 //
-// The script is schema.sql in this package's source, with the names filled
-// in. // [DDL] returns the whole script. Unless Options.NoCreate is set, the store
-// runs it on first use (in [Open], or in the first call of a Store made by
-// [New]) when the table is missing or was created by another version of
-// this package (the table's comment records the version), inside a
-// transaction holding a transaction-scoped advisory lock, so that processes
-// opening the store at the same time do not collide. With NoCreate, run the
-// script yourself (psql, a migration tool); Open then fails with a clear
-// error if the table is missing or out of date.
+// Each decision about a name is taken under that name's row lock, with the
+// grant rules of package lockstate. Fencing tokens of a name grow for the
+// life of the table, across crashes, failovers and reclaims: each carries
+// an epoch above its low 32 bits.
 //
-// # How a call is decided
+// Clock: the server's clock_timestamp(), read under the row lock; clients'
+// clocks may disagree. Stepping the server's clock (rather than slewing
+// it) shortens or lengthens every hold alive at that moment. Why:
+// docs/stores/postgres.md#clock.
 //
-// An exclusive acquire of a name nobody holds or waits for, and the
-// release of such a hold, are one UPDATE of the name's row (an INSERT for
-// a name not in use): the fast path. Every other call first takes the
-// name's row of T with SELECT … FOR UPDATE (creating it if needed), which
-// serializes all the decisions about one name across every client, moves
-// an inline hold to T_holds, reads the store's clock, drops the name's
-// expired holds and queue entries, and applies the grant rules of package
-// lockstate: an owner that holds the name already extends its hold and
-// keeps its token (another mode or limit is refused); an exclusive request
-// needs no holder and nobody queued ahead; a shared one needs no exclusive
-// holder, no exclusive request queued ahead and, with a limit L, fewer than
-// L holders and shared requests queued ahead; a request that is not granted
-// joins the name's FIFO queue (or refreshes its place once half its queue
-// TTL is used). Renew and Release handle a whole batch in one transaction,
-// locking names in byte order so that batches cannot deadlock; holds that
-// are no longer live are skipped without taking their name's lock. The
-// functions plan with sequential scans off, so that plans cached while the
-// tables were small stay index scans once they are large, and with
-// generic plans, so that a batch's arrays do not make PostgreSQL plan each
-// call anew.
+// Durability: lock calls commit without waiting for the disk. After a
+// crash, a failover or a restore, the store starts a new epoch and grants
+// nothing for a grace period as long as the longest lease granted without
+// a flush (at most Options.MaxGrace), so that the holds the server forgot
+// have ended first; their holders learn of it when renewing. Leases longer
+// than MaxGrace, and all leases with Options.Durable, are flushed and need
+// no grace. Not covered: fsync off, an asynchronous standby that missed an
+// epoch (use synchronous replication), a pg_dump of a live table restored
+// elsewhere (dump with --no-unlogged-table-data). Why:
+// docs/stores/postgres.md#durability.
 //
-// A token is the name's epoch (see Durability) in its high 32 bits and the
-// name's counter within that epoch in the low 32: tokens of a name grow for
-// the life of the table.
+// Waking waiters: LISTEN/NOTIFY (driver.Waiter), on one connection of its
+// own while the Store has waiters; LISTEN does not work through a pooler
+// in transaction mode (PgBouncer). See docs/stores/postgres.md#waking-waiters.
 //
-// Now and then (Options.Reclaim, every ten minutes by default) one client
-// of the table reclaims: it drops entries that expired that long ago,
-// starts a new epoch, and deletes the rows of names with no entries whose
-// epoch is older; such a name used again starts in the new epoch, above
-// every token it had. The table thus holds the names in use, not every name
-// ever used.
-//
-// # Clock
-//
-// The store's clock is the database server's clock_timestamp(), read once
-// the name's row is locked. A hold granted or renewed at server time t
-// expires at t + TTL (rounded up to PostgreSQL's microsecond), and t is
-// never earlier than when the client sent the request, so the holder's own
-// deadline (send time + TTL, on its monotonic clock) comes first. now(),
-// the transaction's start, would satisfy that too, but clock_timestamp()
-// read under the row lock also grows in the order in which the decisions
-// about a name are made: a call that waited for the lock neither judges
-// expiry with a time older than the decision before it nor grants a hold
-// whose TTL is partly spent already. Only the server's clock is read, so
-// clients' clocks may disagree; stepping the server's clock (rather than
-// slewing it) shortens or lengthens every hold alive at that moment.
-//
-// # Durability
-//
-// Lock calls commit asynchronously (synchronous_commit off for their
-// transaction only): a grant costs no wait for the disk. A crash of the
-// server (or of its machine) may then forget the grants, renewals and
-// releases of its last moments, and roll a name's counter back. Two rules
-// keep that safe:
-//
-//   - Every incarnation of the server takes a new epoch, durably, before it
-//     grants anything. The marker of an incarnation is the row of the
-//     unlogged T_incarnation, which crash recovery empties and which a
-//     promoted standby or a restored base backup does not have: the first
-//     call that finds it missing starts a new epoch. Tokens after a crash
-//     are therefore above every token handed out before it.
-//   - After a new incarnation, nothing is granted for a grace period as
-//     long as the longest lease ever granted without a flush (recorded
-//     durably before the first such lease): every hold the crash forgot
-//     has ended before its name is granted again. Its holder learns of the
-//     loss when its renewal fails. Holds the server remembers are renewed
-//     and released as usual meanwhile, and waiters are told when the grace
-//     ends.
-//
-// Leases longer than Options.MaxGrace (60s by default), and every lease
-// with Options.Durable, are granted and renewed with a synchronous commit
-// instead (synchronous_commit on, whatever the session's setting), and
-// need no grace period: MaxGrace bounds it. A clean restart (pg_ctl stop
-// in smart or fast mode) keeps the marker and has no grace period.
-//
-// A promoted standby has no marker (unlogged tables are not replicated),
-// so a failover is a new incarnation too: grace covers the grants the
-// standby never received. What this does not cover: fsync off on the
-// server (nothing is durable); an asynchronous standby so far behind that
-// it missed an epoch the primary started (tokens of that epoch may then
-// repeat; use synchronous replication where failovers must keep tokens
-// growing); pg_dump of a live table restored into another server (dump
-// with --no-unlogged-table-data, or empty T_incarnation after the
-// restore). TestCrash kills the server with SIGKILL during holds and
-// shows both rules; a crash of the machine loses unflushed commits the
-// same way.
-//
-// # Waking waiters
-//
-// The store implements driver.Waiter with LISTEN/NOTIFY. The functions
-// that can let a waiter in (release, purge, and acquire or renew when they
-// drop expired holds) compute which queued requests the grant rules would
-// now grant, and send their owners on the channel named like the table
-// (pg_notify, delivered at commit); the name alone wakes every waiter of
-// the name. Each Store runs one listener connection of its own (outside
-// the pool), started by the first Watch and stopped when the Store closes
-// or when no Watch has been open for a while; if that connection drops it
-// reconnects with backoff and wakes every waiter, since notifications may
-// have been missed. Waiters still poll at baton's MaxPoll, which covers
-// holds that expire rather than being released. Every listener of a table
-// receives every notification of that table (and PostgreSQL wakes every
-// listening session of the database for each one), so a Store costs its
-// pool's connections plus one while it has waiters. LISTEN does not work
-// through a pooler in transaction mode (PgBouncer): point the store at the
-// server or at a session-mode pool.
-//
-// # Failures
-//
-// A call that fails on a broken connection (the server restarted, a
-// failover) or a serialization failure is tried again a few times, over a
-// fresh connection from the pool; every call may be repeated safely (an
-// acquire granted by a lost attempt is extended by the next, with the same
-// token). If the server stays unreachable the error reaches baton, whose
-// keepalive keeps trying until the lease's deadline.
-//
-// # Transactions under the lock
-//
-// [Store.InLockedTx] runs a function in a database transaction that holds
-// a lock name as a lease would, with a fencing token from the same
-// counter, for work that must commit atomically with the lock (as Kestra's
-// JDBC runner does).
+// [Store.InLockedTx] runs a function in a database transaction that holds a
+// lock name as a lease would, with a fencing token from the same counter,
+// for work that must commit atomically with the lock.
 package postgres
 
 import (
@@ -207,11 +94,7 @@ import (
 
 func init() {
 	open := func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		conn, opts, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, conn, opts)
+		return Open(ctx, u.String(), nil)
 	}
 	baton.Register("postgres", open)
 	baton.Register("postgresql", open)
@@ -259,6 +142,11 @@ var ErrClosed = fmt.Errorf("postgres: %w", driver.ErrClosed)
 
 // Store is a client of a lock table in PostgreSQL. It is safe for
 // concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	pool    *pgxpool.Pool
 	ownPool bool
@@ -282,11 +170,20 @@ type queries struct {
 	acquire, renew, release, list, purge, bind, reclaim string
 }
 
-// Open connects to the database at connString (a URL or keyword/value
-// string, as pgxpool.ParseConfig takes) with a pool of its own, checks the
-// lock table and creates it unless opts.NoCreate is set. Close closes the
-// pool.
-func Open(ctx context.Context, connString string, opts *Options) (*Store, error) {
+// Open connects to the database at rawURL (a postgres:// URL, see the
+// package documentation, or a keyword/value string as pgxpool.ParseConfig
+// takes) with a pool of its own, checks the lock table and creates it
+// unless opts.NoCreate is set. Options given in the URL apply where opts
+// leaves the field zero. Close closes the pool.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	connString := rawURL
+	if u, err := url.Parse(rawURL); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		c, fromURL, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		connString, opts = c, driver.FillZero(opts, fromURL)
+	}
 	o, err := checkOptions(opts)
 	if err != nil {
 		return nil, err

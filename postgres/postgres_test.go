@@ -261,7 +261,7 @@ func TestConcurrentCreate(t *testing.T) {
 		}
 		// Reopening an up-to-date table runs no DDL; running the DDL again is
 		// harmless.
-		script, err := postgres.DDL("", tb)
+		script, err := postgres.DDL(&postgres.Options{Table: tb})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestInvalidOptions(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "invalid table name") {
 				t.Errorf("Open with table %q: %v, want an invalid table name error", tb, err)
 			}
-			if _, err := postgres.DDL("", tb); err == nil {
+			if _, err := postgres.DDL(&postgres.Options{Table: tb}); err == nil {
 				t.Errorf("DDL with table %q did not fail", tb)
 			}
 			if _, err := postgres.New(pool(t), &postgres.Options{Table: tb}); err == nil {
@@ -371,7 +371,7 @@ func TestNoCreate(t *testing.T) {
 		if _, err := s.List(ctx, &driver.Filter{}); err == nil || !strings.Contains(err.Error(), "is missing") {
 			t.Errorf("first use of a New store with NoCreate on a missing table: %v", err)
 		}
-		script, err := postgres.DDL("", tb)
+		script, err := postgres.DDL(&postgres.Options{Table: tb})
 		if err != nil {
 			t.Fatal(err)
 		}

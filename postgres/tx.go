@@ -2,27 +2,13 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
-)
-
-const (
-	// txReserveTTL bounds how long the hold through which InLockedTx
-	// waited its turn outlives a process that dies between the grant and
-	// the start of its transaction (two round trips), or whose rollback
-	// could not be followed by a release.
-	txReserveTTL = 15 * time.Second
-	// txMaxPoll and txQueueTTL are InLockedTx's fallback poll and queue
-	// entry TTL, as baton's defaults for Lock.
-	txMaxPoll  = 500 * time.Millisecond
-	txQueueTTL = 10 * txMaxPoll
 )
 
 // ErrTxLockLost is returned by InLockedTx in the unlikely case that the
@@ -63,71 +49,39 @@ func (s *Store) InLockedTx(ctx context.Context, name string, fn func(ctx context
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
-	req := &driver.Request{
-		Name: name, Owner: "tx-" + rand.Text(), Mode: driver.Exclusive, TTL: txReserveTTL,
-		Queue: true, QueueTTL: txQueueTTL, Host: host,
-	}
-	key := []driver.Key{{Name: name, Owner: req.Owner}}
-	abandon := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = s.Release(rctx, key)
-	}
-	g, err := s.waitTurn(ctx, req)
-	if err != nil {
-		abandon()
-		return err
-	}
-
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		abandon()
-		return wrap("begin transaction", err)
-	}
-	done := false
-	defer func() {
-		if !done { // fn panicked
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			tx.Rollback(rctx)
-			cancel()
-			abandon()
-		}
-	}()
-	var ok bool
-	if err := tx.QueryRow(ctx, s.q.bind, name, req.Owner, int64(g.Token)).Scan(&ok); err != nil || !ok {
-		done = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		tx.Rollback(rctx)
-		cancel()
-		abandon()
-		if err != nil {
-			return wrap("lock in transaction", err)
-		}
-		return ErrTxLockLost
-	}
-	ferr := fn(ctx, tx, g.Token)
-	done = true
-	if ferr != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		tx.Rollback(rctx)
-		cancel()
-		abandon() // the rollback brought the grant back
-		return ferr
-	}
-	if err := tx.Commit(ctx); err != nil {
-		abandon()
-		return wrap("commit", err)
-	}
-	return nil
+	return s.newLockedTx().Run(ctx, name, fn)
 }
 
-// waitTurn acquires req, waiting as baton's Lock does.
-func (s *Store) waitTurn(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	w, err := s.hub.watch(req.Name, req.Owner)
-	if err != nil {
-		return nil, err
+// newLockedTx gives driver.LockedTx the store's steps.
+func (s *Store) newLockedTx() *driver.LockedTx[pgx.Tx] {
+	return &driver.LockedTx[pgx.Tx]{
+		Store: s,
+		Watch: func(_ context.Context, req *driver.Request) (driver.Watch, error) {
+			return s.hub.watch(req.Name, req.Owner)
+		},
+		Begin: func(ctx context.Context, name, owner string, token uint64) (pgx.Tx, error) {
+			tx, err := s.pool.Begin(ctx)
+			if err != nil {
+				return nil, wrap("begin transaction", err)
+			}
+			var ok bool
+			if err := tx.QueryRow(ctx, s.q.bind, name, owner, int64(token)).Scan(&ok); err != nil || !ok {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				tx.Rollback(rctx)
+				cancel()
+				if err != nil {
+					return nil, wrap("lock in transaction", err)
+				}
+				return nil, ErrTxLockLost
+			}
+			return tx, nil
+		},
+		Commit: func(ctx context.Context, tx pgx.Tx) error {
+			if err := tx.Commit(ctx); err != nil {
+				return wrap("commit", err)
+			}
+			return nil
+		},
+		Rollback: func(ctx context.Context, tx pgx.Tx) { tx.Rollback(ctx) },
 	}
-	defer w.Close()
-	return driver.AcquireWaiting(ctx, s, w, req, txMaxPoll)
 }

@@ -124,6 +124,16 @@ type ownedStore struct {
 	rdb redis.UniversalClient
 }
 
+// mustNew is batonredis.New, failing t on an error.
+func mustNew(t testing.TB, rdb redis.UniversalClient, o *batonredis.Options) *batonredis.Store {
+	t.Helper()
+	s, err := batonredis.New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func (s ownedStore) Close() error {
 	err := s.Store.Close()
 	return errors.Join(err, s.rdb.Close())
@@ -139,7 +149,7 @@ func TestCluster(t *testing.T) {
 	addrs := startCluster(t)
 	newStore := func(t testing.TB) ownedStore {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		s := ownedStore{batonredis.New(rdb, &batonredis.Options{Prefix: prefix}), rdb}
+		s := ownedStore{mustNew(t, rdb, &batonredis.Options{Prefix: prefix}), rdb}
 		t.Cleanup(func() { s.Close() })
 		return s
 	}

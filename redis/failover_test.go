@@ -161,7 +161,7 @@ func TestRing(t *testing.T) {
 	drivertest.Run(t, drivertest.Config{
 		Open: func(t testing.TB) driver.Store {
 			rdb := redis.NewRing(&redis.RingOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-			s := ownedStore{batonredis.New(rdb, &batonredis.Options{Prefix: prefix}), rdb}
+			s := ownedStore{mustNew(t, rdb, &batonredis.Options{Prefix: prefix}), rdb}
 			t.Cleanup(func() { s.Close() })
 			return s
 		},

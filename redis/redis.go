@@ -5,19 +5,14 @@
 //
 //	client, err := baton.Open(ctx, "redis://:password@10.0.0.5:6379/0", nil)
 //
-// or build a store over a go-redis client you own with [New] (the only way
-// to use Sentinel or Cluster) and pass it to baton.New:
+// or build a store with [New] over a go-redis client you own, the only way
+// to use Sentinel (a FailoverClient), Cluster (a ClusterClient) or a Ring,
+// and pass it to baton.New.
 //
-//	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "locks", SentinelAddrs: addrs})
-//	client, err := baton.New(batonredis.New(rdb, nil), nil)
-//
-//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-//	client, err := baton.New(batonredis.New(rdb, nil), nil)
-//
-// It needs Redis 5 or later (its tests run on Redis 7.0 and Valkey 9.1), or a server that
-// runs Redis's Lua scripts with the same libraries (struct), TIME and
-// writes after TIME in scripts (replication of scripts by their effects,
-// the default since Redis 5).
+// It needs Redis 5 or later (its tests run on Redis 7.0 and Valkey 9.1),
+// or a server that runs Redis's Lua scripts with the same libraries
+// (struct), TIME and writes after TIME in scripts (replication of scripts
+// by their effects, the default since Redis 5).
 //
 // # URL
 //
@@ -35,185 +30,47 @@
 //
 // # Keys
 //
-// Every key of a lock name starts with "<prefix>:{<tag>}:", where the tag
-// is 32 hex digits of the SHA-256 of the name: names may hold any bytes,
-// braces included, and the keys of one name always share a cluster hash
-// slot. The name itself is kept in the hash, so that listings report it.
+// The keys of a lock name start with "<prefix>:{<tag>}:", the tag a hash
+// of the name, so that they share a cluster slot: a hash of holders and
+// queued owners (r), the queue (q), the fencing counter (c) and a mailbox
+// per queued owner (w:<owner>). They expire on their own once unused (the
+// counter a week after its last token). Run Redis with maxmemory-policy
+// noeviction or volatile-*: an allkeys-* policy may evict a hash, and the
+// lock with it. See docs/stores/redis.md#keys.
 //
-//	<prefix>:{<tag>}:r          HASH: the name, a summary, and an entry per holder and queued owner
-//	<prefix>:{<tag>}:q          ZSET: the queue, owner → ticket
-//	<prefix>:{<tag>}:c          the name's last fencing token (see Fencing tokens)
-//	<prefix>:{<tag>}:w:<owner>  the mailbox of a queued owner (a list)
+// # Guarantees and limits
 //
-// The hash and the queue expire Linger after the last entry would have
-// expired, or up to that entry's TTL later (their expiry is moved only
-// when an entry outlives it, and then by twice as much), and are deleted
-// when the last entry is released, so that names nobody uses any more
-// clean themselves up. Mailboxes expire after their owner's queue TTL.
-// The counter expires a week after the server's clock passes the last
-// token it holds (see Fencing tokens); Purge never deletes it.
+// Each operation is one Lua script: one atomic decision by the grant rules
+// of package lockstate, one round trip. Expiry is judged by the server's
+// clock (TIME), never the clients'; after a failover the new master's
+// clock takes over, so keep the servers' clocks synchronised (NTP). Why:
+// docs/stores/redis.md#scripts-and-time.
 //
-// Run Redis with maxmemory-policy noeviction or a volatile-* policy: an
-// allkeys-* policy may evict a hash (its holders vanish, and someone else
-// is granted the lock at once).
+// Fencing tokens are the larger of the name's last token plus one and the
+// server's clock in microseconds, so they keep growing even when the
+// counter is lost (a restart without persistence, a failover, eviction),
+// unless the server's clock stepped back by more than the time between the
+// two grants. See docs/stores/redis.md#fencing-tokens.
 //
-// This layout replaced, before baton's first release, one that kept a
-// name's whole state in one string (<prefix>:{<tag>}:s). The two do not
-// see each other's holders: stop every process of the old layout before
-// one of the new takes locks of the same prefix. The counters are shared,
-// so tokens keep growing across the change.
+// Redis replicates asynchronously, so a failover can lose a grant (two
+// holders overlap until the first one's next renewal fails, at most a
+// third of its TTL plus the renewal's timeout later; the new grant's token
+// is still the larger, unless the new master's clock is behind) or a
+// release (the lock stays held until its TTL). Holds survive a crash only
+// with appendonly yes, appendfsync always and no failover that promotes a
+// replica behind the master. WAIT and min-replicas-to-write make losses
+// rarer, not impossible. Where locks must survive failures of the store,
+// use a store that replicates synchronously. This package does not
+// implement Redlock. See docs/stores/redis.md#failover-and-what-it-can-break.
 //
-// # Fencing tokens
+// Waking waiters: the releasing script hands the lock to the next waiters
+// in FIFO order and pushes the grant to a mailbox each waits on with
+// BLPOP. A blocked BLPOP holds a pool connection for up to two seconds; at
+// most Options.MaxWaiters block at once per Store. See
+// docs/stores/redis.md#hand-off.
 //
-// A grant's token is the larger of the name's last token plus one and the
-// server's clock in microseconds (a hybrid logical clock), so tokens
-// exceed every token of the name handed out before even when the counter
-// was lost: a restart without persistence, the last second of an
-// appendfsync everysec file, a replica promoted while behind, an evicted
-// key. The server's clock has moved past the lost tokens since, unless it
-// stepped back by more than the time between the lost grant and the new
-// one; keep the servers' clocks synchronised and never stepped back
-// (NTP slews). While the clock is ahead of the counter, the counter is
-// only needed for grants within the same microsecond, and a week later it
-// expires: a name nobody uses costs nothing after that. Tokens are below
-// 2^53 (the clock in µs is about 2^51), exact in Lua's numbers.
-//
-// # Scripts and time
-//
-// Acquire, Renew, Release, List and Purge are each one Lua script (EVALSHA,
-// falling back to EVAL when the server does not have it cached), so each is
-// one atomic decision and one round trip. The scripts are the .lua files of
-// the package's lua directory. Acquire of a name with no state, and Release
-// of a name whose only entry is the caller's, take a fast path of a few
-// commands (Acquire: EXISTS, TIME, GET and SET of the counter, HSET,
-// PEXPIRE; Release: HMGET, TIME, DEL) before the general path, which
-// defines the grant rules' functions each time it runs; TestFastPath shows
-// that the fast path writes what the general path would. The scripts apply the grant rules
-// of package lockstate: expired holders and queue entries are dropped
-// first; an owner that holds the name re-acquires it, keeping its token;
-// exclusive requests need no holders and nobody queued ahead; shared ones
-// no exclusive holder, no exclusive request queued ahead and, with a limit
-// L, fewer than L holders and shared requests ahead; a waiting request
-// keeps its FIFO place, refreshed once half its queue TTL is used. An
-// operation reads its own entry and the summary (counts, and bounds of the
-// earliest and latest expiries), not the whole state: expired entries are
-// looked for only once the clock passes the earliest expiry. TestModel
-// runs random requests against the scripts and against lockstate and
-// compares every outcome. A batch of Renew or Release whose names fall in
-// several cluster slots runs one script per slot, pipelined, still one
-// round trip. List and Purge without a name SCAN the keyspace (every
-// master of a cluster) for hashes of the prefix, then read them with one
-// script per slot and per 256 names, pipelined: their cost grows with the
-// size of the database, not just with the number of locks.
-//
-// Expiry is judged by the clock of the Redis server (TIME, read inside the
-// scripts, which Redis replicates by their effects), never by the clients'.
-// After a failover the new master's clock takes over: if it is behind the
-// old one, holds last longer; if it is ahead, they end sooner, by the
-// difference. Keep the servers' clocks synchronised (NTP).
-//
-// # Hand-off
-//
-// The server hands the lock over. Whenever a script removes a holder or
-// queue entry (a release, an expiry it notices, a purge, a waiter that
-// gives up), it grants the queued requests that the rules now let in, in
-// FIFO order (the exclusive head, or the run of shared requests at the head
-// that fit their limits), and pushes each grant (token, time, expiry) into
-// its owner's mailbox, where the waiting Lock blocks in BLPOP. A hand-off
-// therefore costs the releasing holder's one script and one reply to the
-// waiter, with no round trip of the waiter's own: no thundering herd, no
-// polling. A grant stays in the mailbox until its owner takes it, so one
-// that comes between the refused attempt and the BLPOP is not lost.
-// Pub/sub would lose it, and delivers every message to every subscriber of
-// a channel. A hold that expires without a script noticing hands nothing
-// over: baton tries again on its own when the store's Busy reply said the
-// first holder would expire, and that attempt hands the lock to the head
-// of the queue.
-//
-// baton counts a lease from the moment it calls Acquire, later than the
-// moment the server granted it, so a handed-over grant lasts a little
-// longer in the store than its TTL (1/20 of it, at least 1ms and at most
-// 50ms), and it is handed out only if the time between the refused
-// attempt (or a TIME sent with the BLPOP) and the Acquire call, less the
-// time the server says passed until the grant (taken 1% short, for clocks
-// running at different rates), fits in that extra time. Otherwise Acquire
-// asks the server again, which finds the owner holding, extends the hold
-// and counts its TTL anew.
-//
-// A waiter that dies while queued may be handed the lock before its queue
-// entry expires (10×MaxPoll after its last attempt): the lock then stays
-// with it until that hold's TTL runs out, as it would with a holder that
-// died. A waiter whose Lock gives up takes itself out of the queue, and
-// releases a grant it was handed meanwhile.
-//
-// A blocked BLPOP holds a connection of the go-redis pool, and blocks for
-// at most two seconds (less if the client's read timeout is under 2.7s;
-// fractions of a second need Redis 6). At most Options.MaxWaiters of them
-// block at once per Store (half the pool by default), so that renewals
-// always find a connection; further waiters wait for a turn, and find
-// their grant then, up to two seconds late. A BLPOP outlives the Wait that
-// sent it, so that a grant it takes is handed to the next Wait.
-//
-// # Failover, and what it can break
-//
-// Redis replicates asynchronously. When a master fails and a replica is
-// promoted (by Sentinel, by Cluster, or by hand), writes the master
-// acknowledged but had not yet sent to that replica are lost. For locks
-// this means:
-//
-//   - A grant can be lost: its holder believes it holds the lock, and the
-//     new master grants it to someone else at once. Two holders overlap
-//     until the first one's next renewal fails (at most a third of its TTL,
-//     plus its renewal's timeout), or until its lease ends.
-//   - The counter can be lost with it, but the new grant's token is the
-//     new master's clock, past the lost grant's token unless that clock is
-//     behind the old master's by more than the time between the two
-//     grants: a resource that checks tokens refuses the holder of the lost
-//     grant once it has seen the new one.
-//   - A release can be lost: the lock stays held until its TTL runs out.
-//
-// WAIT (after each grant) and min-replicas-to-write / min-replicas-max-lag
-// make such a loss less likely, not impossible: WAIT does not roll back a
-// write that timed out, and Sentinel or Cluster may still promote a replica
-// that is behind. Persistence does not help a promoted replica. A server
-// restarted without persistence has lost every hold (they are granted
-// again at once); with appendfsync everysec, the last second of grants can
-// be lost in a crash. Holds survive a crash only with appendonly yes and
-// appendfsync always, and no failover (or one that never promotes a
-// replica behind the master). When locks must survive failures of the
-// store, use a store that replicates synchronously (etcd, ZooKeeper,
-// PostgreSQL with synchronous replication). This package does not
-// implement Redlock (locking a majority of independent masters): it adds
-// timing assumptions of its own, and the tokens above already survive the
-// loss of a master's writes.
-//
-// # Logs
-//
-// The store logs nothing. go-redis logs connection trouble through one
-// process-wide logger, to stderr by default: a program routes or silences
-// it with redis.SetLogger (baton's command passes it to --verbose).
-//
-// # Cluster and Sentinel
-//
-// Use New with a go-redis ClusterClient or FailoverClient. All keys of a
-// lock name share a hash slot, so every script runs on one node; batches are
-// split per slot. Scripts touch keys of a name they do not declare (its
-// queue, counter and mailboxes), which Redis allows for keys of the slot
-// the script runs in. List and
-// Purge SCAN every master. With a Ring (client-side sharding), batches are
-// split per name. A Prefix containing braces would put every lock in one
-// slot (it still works, on one node). Besides every test on each
-// server, the tests run the conformance suite (on Redis 7.0)
-// through a ClusterClient on a three-master cluster, through a Ring of two
-// servers, and through a FailoverClient on a master, its replica and one
-// Sentinel (a FailoverClient is a *redis.Client, which this package treats
-// as one server), all started by the tests; TestSentinel also has Sentinel
-// promote the replica while a lock is held and another client waits for
-// it: the holder renews and releases on the new master and the waiter is
-// handed the lock there.
-//
-// Two names whose tags collide (a chance of 2⁻¹²⁸ per pair) would share
-// their keys: Acquire refuses the second with an error instead.
+// The store logs nothing. go-redis logs connection trouble to stderr
+// unless a program routes or silences it with redis.SetLogger.
 package redis
 
 import (
@@ -269,6 +126,11 @@ var ErrClosed = fmt.Errorf("redis: %w", driver.ErrClosed)
 
 // Store is a lock store in one Redis database (or cluster). It is safe for
 // concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	rdb    redis.UniversalClient
 	owned  bool
@@ -295,7 +157,10 @@ type Store struct {
 // The caller owns rdb: Close leaves it open. Set ContextTimeoutEnabled in
 // rdb's options so that the deadlines baton gives its calls (a renewal must
 // not outlast the lease) bound their network I/O.
-func New(rdb redis.UniversalClient, opts *Options) *Store {
+func New(rdb redis.UniversalClient, opts *Options) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("redis: client is nil")
+	}
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -324,7 +189,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Store {
 		marks:      map[*driver.Request]mark{},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	return s
+	return s, nil
 }
 
 // poolSize is the size of rdb's connection pool (per node, for clusters).
@@ -353,7 +218,11 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("redis: %s: %w", ropts.Addr, err)
 	}
-	s := New(rdb, o)
+	s, err := New(rdb, o)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	s.owned = true
 	return s, nil
 }

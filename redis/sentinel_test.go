@@ -82,7 +82,7 @@ func TestSentinel(t *testing.T) {
 	newStore := func(t testing.TB) ownedStore {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "locks", SentinelAddrs: []string{sentinel},
 			ContextTimeoutEnabled: true})
-		s := ownedStore{batonredis.New(rdb, &batonredis.Options{Prefix: prefix}), rdb}
+		s := ownedStore{mustNew(t, rdb, &batonredis.Options{Prefix: prefix}), rdb}
 		t.Cleanup(func() { s.Close() })
 		return s
 	}

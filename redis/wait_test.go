@@ -248,7 +248,7 @@ func TestNewCloseUnblocks(t *testing.T) {
 		}
 		rdb := redis.NewClient(o)
 		ctx := ctxFor(t, 30*time.Second)
-		s := batonredis.New(rdb, &batonredis.Options{Prefix: prefix})
+		s := mustNew(t, rdb, &batonredis.Options{Prefix: prefix})
 		n := uniqueName("close")
 		if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 30 * time.Second}); err != nil {
 			t.Fatal(err)
@@ -275,7 +275,7 @@ func TestNewCloseUnblocks(t *testing.T) {
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			t.Errorf("the caller's client was closed: %v", err)
 		}
-		s2 := batonredis.New(rdb, &batonredis.Options{Prefix: prefix})
+		s2 := mustNew(t, rdb, &batonredis.Options{Prefix: prefix})
 		s2.Release(ctx, []driver.Key{{Name: n, Owner: "h"}, {Name: n, Owner: "w"}})
 		s2.Close()
 		rdb.Close()

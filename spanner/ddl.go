@@ -2,7 +2,6 @@ package spanner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,7 +11,6 @@ import (
 	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
 	instance "cloud.google.com/go/spanner/admin/instance/apiv1"
 	"cloud.google.com/go/spanner/admin/instance/apiv1/instancepb"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -21,8 +19,8 @@ import (
 // underscores, 128 characters at most.
 var tableRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
 
-// CheckTable reports whether table is a valid table name for a Store.
-func CheckTable(table string) error {
+// checkTable reports whether table is a valid table name for a Store.
+func checkTable(table string) error {
 	if !tableRE.MatchString(table) {
 		return fmt.Errorf("spanner: invalid table name %q: want a letter, then up to 127 letters, digits or underscores", table)
 	}
@@ -39,15 +37,17 @@ func checkDatabase(db string) error {
 	return nil
 }
 
-// DDL returns the statement that creates the lock table called table (see
-// the package documentation). Run it with your own schema tooling (gcloud
-// spanner databases ddl update, Terraform, Liquibase…), or let the store run
-// it with Options.Create or [CreateTable].
-func DDL(table string) (string, error) {
-	if err := CheckTable(table); err != nil {
+// DDL returns the statement that creates the lock table a Store with opts
+// uses (Options.Table, DefaultTable if empty; see the package
+// documentation). Run it with your own schema tooling (gcloud spanner
+// databases ddl update, Terraform, Liquibase…), or let the store run it
+// with Options.Create or [CreateTable].
+func DDL(opts *Options) (string, error) {
+	o, err := checkOptions(opts)
+	if err != nil {
 		return "", err
 	}
-	return ddl(table), nil
+	return ddl(o.Table), nil
 }
 
 func ddl(table string) string {
@@ -58,21 +58,30 @@ func ddl(table string) string {
 		") PRIMARY KEY (name)"
 }
 
-// CreateTable creates the lock table called table in database
-// (projects/P/instances/I/databases/D) with the statement from [DDL], using
-// a database admin client made with opts (the same options as the data
-// client: credentials, endpoint; SPANNER_EMULATOR_HOST is honoured). It
-// does nothing if the table exists already. It needs the
-// spanner.databases.updateDdl permission, and on real Spanner a schema
-// change takes from seconds to minutes.
-func CreateTable(ctx context.Context, db, table string, opts ...option.ClientOption) error {
-	if err := CheckTable(table); err != nil {
+// CreateTable creates the lock table a Store with opts uses in the
+// database of rawURL (as [Open] takes it) with the statement from [DDL],
+// using a database admin client made with opts.ClientOptions (the same
+// options as the data client: credentials, endpoint). It does nothing if
+// the table exists already. It needs the spanner.databases.updateDdl
+// permission, and on real Spanner a schema change takes from seconds to
+// minutes. On the emulator (SPANNER_EMULATOR_HOST set) it first creates
+// the instance and the database if they are missing: the emulator keeps
+// nothing across restarts.
+func CreateTable(ctx context.Context, rawURL string, opts *Options) error {
+	db, o, err := resolveURL(rawURL, opts)
+	if err != nil {
 		return err
 	}
-	if err := checkDatabase(db); err != nil {
-		return err
+	return createTable(ctx, db, o)
+}
+
+func createTable(ctx context.Context, db string, o Options) error {
+	if os.Getenv("SPANNER_EMULATOR_HOST") != "" {
+		if err := createEmulatorDatabase(ctx, db); err != nil {
+			return err
+		}
 	}
-	admin, err := database.NewDatabaseAdminClient(ctx, opts...)
+	admin, err := database.NewDatabaseAdminClient(ctx, o.ClientOptions...)
 	if err != nil {
 		return fmt.Errorf("spanner: admin client: %w", err)
 	}
@@ -82,18 +91,18 @@ func CreateTable(ctx context.Context, db, table string, opts ...option.ClientOpt
 		return fmt.Errorf("spanner: reading the schema of %s: %w", db, err)
 	}
 	for _, st := range cur.Statements {
-		if hasTable(st, table) {
+		if hasTable(st, o.Table) {
 			return nil
 		}
 	}
 	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{
-		Database: db, Statements: []string{ddl(table)},
+		Database: db, Statements: []string{ddl(o.Table)},
 	})
 	if err == nil {
 		err = op.Wait(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("spanner: creating table %s in %s: %w", table, db, err)
+		return fmt.Errorf("spanner: creating table %s in %s: %w", o.Table, db, err)
 	}
 	return nil
 }
@@ -109,19 +118,11 @@ func hasTable(st, table string) bool {
 	return strings.EqualFold(name, table)
 }
 
-// CreateEmulatorDatabase creates the instance and the database of db
-// (projects/P/instances/I/databases/D) on the Cloud Spanner emulator, for
-// development and tests: the emulator keeps nothing across restarts. It
-// does nothing for those that exist. It refuses to run unless
-// SPANNER_EMULATOR_HOST is set, so that it never creates an instance of
-// real Spanner.
-func CreateEmulatorDatabase(ctx context.Context, db string) error {
-	if err := checkDatabase(db); err != nil {
-		return err
-	}
-	if os.Getenv("SPANNER_EMULATOR_HOST") == "" {
-		return errors.New("spanner: CreateEmulatorDatabase: SPANNER_EMULATOR_HOST is not set")
-	}
+// createEmulatorDatabase creates the instance and the database of db
+// (projects/P/instances/I/databases/D) on the Cloud Spanner emulator if
+// they are missing. Only called with SPANNER_EMULATOR_HOST set, so that it
+// never creates an instance of real Spanner.
+func createEmulatorDatabase(ctx context.Context, db string) error {
 	parts := strings.Split(db, "/") // projects/P/instances/I/databases/D
 	ia, err := instance.NewInstanceAdminClient(ctx)
 	if err != nil {

@@ -82,7 +82,7 @@ func Example_open() {
 
 // The table's statement, for your schema tooling.
 func ExampleDDL() {
-	ddl, err := batonspanner.DDL("baton_locks")
+	ddl, err := batonspanner.DDL(nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -26,11 +26,7 @@ import (
 
 func init() {
 	baton.Register("spanner", func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		db, opts, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, db, opts)
+		return Open(ctx, u.String(), nil)
 	})
 }
 
@@ -48,6 +44,43 @@ type Options struct {
 	// Poll is the longest pause between two reads of a waiting Lock
 	// (DefaultPoll if zero); see Store.Watch.
 	Poll time.Duration
+	// ClientOptions make the clients Open and CreateTable create
+	// (credentials, endpoint; SPANNER_EMULATOR_HOST is honoured).
+	ClientOptions []option.ClientOption
+}
+
+// checkOptions returns opts with defaults filled in, or an error naming
+// what is wrong.
+func checkOptions(opts *Options) (Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	return o, checkTable(o.Table)
+}
+
+// resolveURL returns the database path of rawURL (a spanner:// URL or a
+// database path) and opts filled in from the URL's options and defaults.
+func resolveURL(rawURL string, opts *Options) (string, Options, error) {
+	db := rawURL
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "spanner" {
+		d, fromURL, err := parseURL(u)
+		if err != nil {
+			return "", Options{}, err
+		}
+		db, opts = d, driver.FillZero(opts, fromURL)
+	}
+	if err := checkDatabase(db); err != nil {
+		return "", Options{}, err
+	}
+	o, err := checkOptions(opts)
+	return db, o, err
 }
 
 // DefaultPoll is used when Options.Poll is zero.
@@ -58,6 +91,11 @@ var ErrClosed = fmt.Errorf("spanner: %w", driver.ErrClosed)
 
 // Store is a lock table in one Cloud Spanner database. It is safe for
 // concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	*records.Store
 	t *table
@@ -89,47 +127,32 @@ func New(client *spanner.Client, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("spanner: client is nil")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Table == "" {
-		o.Table = DefaultTable
-	}
-	if err := CheckTable(o.Table); err != nil {
+	o, err := checkOptions(opts)
+	if err != nil {
 		return nil, err
-	}
-	if o.Poll <= 0 {
-		o.Poll = DefaultPoll
 	}
 	t := &table{client: client, table: o.Table}
 	return &Store{Store: records.New(t, &records.Options{Poll: o.Poll}), t: t}, nil
 }
 
-// Open connects to database (projects/P/instances/I/databases/D) with a
-// client of its own, made with clientOpts (SPANNER_EMULATOR_HOST is
-// honoured), creates the table if opts.Create is set, and checks that the
-// table can be written. Close closes the client.
-func Open(ctx context.Context, database string, opts *Options, clientOpts ...option.ClientOption) (*Store, error) {
-	if err := checkDatabase(database); err != nil {
-		return nil, err
-	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Table == "" {
-		o.Table = DefaultTable
-	}
-	if err := CheckTable(o.Table); err != nil {
+// Open connects to the database of rawURL (a spanner:// URL, see the
+// package documentation, or a database path
+// projects/P/instances/I/databases/D) with a client of its own, made with
+// opts.ClientOptions, creates the table if opts.Create is set (see
+// [CreateTable]), and checks that the table can be written. Options given
+// in the URL apply where opts leaves the field zero. Close closes the
+// client.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	db, o, err := resolveURL(rawURL, opts)
+	if err != nil {
 		return nil, err
 	}
 	if o.Create {
-		if err := CreateTable(ctx, database, o.Table, clientOpts...); err != nil {
+		if err := createTable(ctx, db, o); err != nil {
 			return nil, err
 		}
 	}
-	client, err := spanner.NewClient(ctx, database, clientOpts...)
+	client, err := spanner.NewClient(ctx, db, o.ClientOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("spanner: %w", err)
 	}
@@ -160,7 +183,7 @@ func parseURL(u *url.URL) (string, *Options, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "table":
-			if err := CheckTable(v); err != nil {
+			if err := checkTable(v); err != nil {
 				return "", nil, err
 			}
 			o.Table = v

@@ -59,14 +59,10 @@ func run(m *testing.M) int {
 		emu, db := server(ss[i])
 		if emu != "" {
 			os.Setenv("SPANNER_EMULATOR_HOST", emu)
-			if err := batonspanner.CreateEmulatorDatabase(ctx, db); err != nil {
-				fmt.Fprintf(os.Stderr, "creating the database on %s: %v\n", ss[i].Name, err)
-				return 1
-			}
 		} else {
 			os.Unsetenv("SPANNER_EMULATOR_HOST")
 		}
-		if err := batonspanner.CreateTable(ctx, db, table); err != nil {
+		if err := batonspanner.CreateTable(ctx, db, &batonspanner.Options{Table: table}); err != nil {
 			fmt.Fprintln(os.Stderr, ss[i].Name+":", err)
 			return 1
 		}
@@ -407,7 +403,7 @@ func TestDDL(t *testing.T) {
 	eachServer(t, func(t *testing.T) {
 		ctx := ctxFor(t, 5*time.Minute)
 		for _, bad := range []string{"", "1x", "a-b", "a b", "x`y", strings.Repeat("t", 129), "t;DROP TABLE x"} {
-			if _, err := batonspanner.DDL(bad); err == nil {
+			if _, err := batonspanner.DDL(&batonspanner.Options{Table: bad}); bad != "" && err == nil {
 				t.Errorf("DDL(%q) accepted", bad)
 			}
 			if _, err := batonspanner.New(&spanner.Client{}, &batonspanner.Options{Table: bad}); bad != "" && err == nil {
@@ -417,7 +413,7 @@ func TestDDL(t *testing.T) {
 		if _, err := batonspanner.New(nil, nil); err == nil {
 			t.Error("New(nil) accepted")
 		}
-		s, err := batonspanner.DDL("Locks_2")
+		s, err := batonspanner.DDL(&batonspanner.Options{Table: "Locks_2"})
 		if err != nil || !strings.HasPrefix(s, "CREATE TABLE `Locks_2` (") {
 			t.Errorf("DDL = %q, %v", s, err)
 		}

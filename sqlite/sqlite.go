@@ -19,93 +19,52 @@
 // parameters are refused, as is a host part (sqlite://locks.db): write
 // sqlite:locks.db for a relative path.
 //
-// # Schema
+// # Files and schema
 //
-// One table, baton_locks unless Options.Table says otherwise, holds one row
-// per lock name that was ever used:
+// [Open] creates the file, its directory and the table, unless
+// Options.NoCreate is set (the file and table must then exist), and
+// switches the file to WAL mode. The table, baton_locks unless
+// Options.Table says otherwise, holds one row per lock name ever used (a
+// few bytes once idle; never deleted, so that tokens keep growing) and the
+// row "", which records the current epoch:
 //
 //	CREATE TABLE IF NOT EXISTS baton_locks (
 //		name  TEXT NOT NULL PRIMARY KEY,
 //		state TEXT NOT NULL
 //	)
 //
-// state is the JSON of the name's lockstate.State (holders, queue, and the
-// fencing and queue counters, the counter's epoch), plus the id of the
-// boot it was written in. Rows are never deleted, so that fencing tokens keep growing for the life
-// of the file; a name that nobody holds or waits for keeps a row of a few
-// bytes ({"seq":12,"ticket":3}). [Open] creates the table unless
-// Options.NoCreate is set, in which case the table (and the file) must
-// exist already. The database is switched to WAL mode, which persists in
-// the file.
+// SQLite keeps FILE-wal and FILE-shm next to the database, and the store a
+// doorbell, FILE-wake: the directory must be writable by every process
+// that uses the file. Do not put the file on a network file system.
 //
-// The store is built on package records: every call is one transaction.
-// Acquire, Renew and Release take the write lock at once (BEGIN
-// IMMEDIATE), read the rows they need, apply the grant rules of package
-// lockstate, and write back what changed; Renew and Release handle their
-// whole batch in one transaction, Purge 100 names at a time. A waiting Acquire
-// that would change nothing (the lock is still taken and its place in the
-// queue needs no refresh) is answered from a plain read, without taking
-// the write lock. SQLite keeps two
-// files next to the database, FILE-wal and FILE-shm: the directory must be
-// writable by every process that uses the database, as is the doorbell
-// FILE-wake (see Waking waiters).
+// # Guarantees and limits
 //
-// # Durability
+// Every call is one write transaction (BEGIN IMMEDIATE) that applies the
+// grant rules of package lockstate. Fencing tokens of a name grow for the
+// life of the file.
 //
-// On Linux, commits do not wait for the disk (PRAGMA synchronous=NORMAL in
-// WAL mode): a process that dies loses nothing, but a power loss or a
-// crash of the machine may lose the last commits, counters included. Every
-// process of that boot died with it, so no hold it forgot can overlap a
-// new one (no grace period is needed); and the tokens stay above every
-// token handed out before: the first Open in a new boot starts a new
-// epoch, with a flushed commit (the row named "", which no lock name is),
-// and every token of that boot carries the epoch in its high 32 bits, for
-// names whose rows went back and names whose rows were lost alike. The
-// first boot of a new file is epoch 0, so its tokens count from 1. On
-// other systems, where the store cannot tell a reboot, every commit is
-// flushed (synchronous=FULL). Either way this holds on storage that
-// honours fsync.
+// Clock: on Linux, the machine's monotonic clock, which steps of the wall
+// clock do not affect. Holds recorded in an earlier boot are expired (their
+// holders died with it), and Open fails if the boot id cannot be read. So
+// every process that uses a file must run on the same kernel: containers
+// on one host do, virtual machines do not. On other systems the clock is
+// the wall clock, and a step of it shortens or lengthens the holds alive
+// at that moment (a step forward can let two holders overlap): keep it
+// slewed, not stepped. Times the store reports are wall-clock times, for
+// display. Why: docs/stores/sqlite.md#clock.
 //
-// # Clock
+// Durability: on Linux, commits do not wait for the disk. A crashed
+// process loses nothing; a power loss or a crash of the machine may lose
+// the last commits, but every holder died with the machine, and each boot
+// starts a new epoch, in the high half of its tokens, with a flushed
+// commit, so tokens stay above every token handed out before. On other
+// systems every commit is flushed. Both hold on storage that honours
+// fsync. Why: docs/stores/sqlite.md#durability.
 //
-// On Linux the store's clock is the machine's monotonic clock
-// (CLOCK_MONOTONIC): the same for every process on the machine, immune to
-// changes of the wall clock. Monotonic instants mean nothing after a
-// reboot, so each row also records the boot it was written in
-// (/proc/sys/kernel/random/boot_id): holders and waiters recorded in
-// another boot are expired (they died with it: they block nobody, and
-// Purge reports them), while the counters are kept; Open fails if the
-// boot id cannot be read. A state that has an
-// entry renewed later than now (the clock restarted) is treated the same.
-// Every process using a file must therefore run on the same kernel:
-// containers on one host share its clock and boot id (a process in a time
-// namespace of its own reads the clock shifted, and the store takes its
-// namespace's offset off, from /proc/self/timens_offsets), but virtual
-// machines do not. Do not share the file over a network file system, which
-// SQLite does not support anyway.
-//
-// Times reported by the store (Grant, List, Purge) are converted to the
-// wall clock for display; the time left (Holder.Left) is computed on the
-// monotonic clock.
-//
-// On other systems the store's clock is the wall clock, and a step of the
-// system clock (by an administrator or a time daemon) shortens or lengthens
-// every hold alive at that moment: a step forward can let two holders
-// overlap. Keep the clock slewed, not stepped, there.
-//
-// # Waking waiters
-//
-// The store implements driver.Waiter: a waiting Lock is woken at once by
-// commits made by any Store of the same process, and by commits of other
-// processes through a doorbell: after a commit that changed a lock, the
-// committing process writes a byte to FILE-wake, which waiters of other
-// processes watch with a file-system notification (fsnotify). The doorbell
-// rings only once the commit is visible to readers, unlike a write to the
-// WAL, which comes before the commit is published. Where the notification
-// cannot be set up, or for changes made without baton, baton's fallback
-// poll (at most Options.MaxPoll apart) covers the rest. One notification
-// watcher runs per database file per process, from its first wait until the
-// file's last Store of the process closes.
+// Waking waiters: the store implements driver.Waiter. Commits of the same
+// process wake its waiters at once, commits of other processes through the
+// doorbell file (fsnotify); where that cannot be set up, baton's fallback
+// poll covers the rest. See docs/stores/sqlite.md#waking-waiters.
 package sqlite
 
 import (
@@ -135,11 +94,7 @@ import (
 
 func init() {
 	baton.Register("sqlite", func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		path, opts, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, path, opts)
+		return Open(ctx, u.String(), nil)
 	})
 }
 
@@ -170,6 +125,11 @@ var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Store is a client of a lock table in an SQLite database file. It is safe
 // for concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	*records.Store
 	db *db
@@ -199,8 +159,18 @@ const sqliteBusyTimeout = 50 * time.Millisecond
 var bootID = sync.OnceValues(readBootID)
 
 // Open opens (creating it, and its directory with mode 0700, if needed)
-// the SQLite database file at path and the lock table in it.
-func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
+// the SQLite database file at rawURL, a sqlite: URL (see the package
+// documentation) or a file path, and the lock table in it. Options given
+// in the URL apply where opts leaves the field zero.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	path := rawURL
+	if u, err := url.Parse(rawURL); err == nil && strings.EqualFold(u.Scheme, "sqlite") {
+		p, fromURL, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		path, opts = p, driver.FillZero(opts, fromURL)
+	}
 	var o Options
 	if opts != nil {
 		o = *opts

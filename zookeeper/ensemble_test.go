@@ -173,7 +173,7 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 		if log != nil {
 			o.OnEvent = log.add
 		}
-		st, err := zookeeper.Open(ctx, e.servers(), o)
+		st, err := zookeeper.Open(ctx, zkURL(e.servers()), o)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

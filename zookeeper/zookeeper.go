@@ -5,11 +5,9 @@
 //
 //	client, err := baton.Open(ctx, "zk://10.0.0.5:2181,10.0.0.6:2181,10.0.0.7:2181/app?session_timeout=10s", nil)
 //
-// or open a [Store] with [Open], or build one over a go-zookeeper connection
-// you own with [New], and pass it to baton.New:
-//
-//	st, err := zookeeper.Open(ctx, []string{"10.0.0.5:2181"}, &zookeeper.Options{OnEvent: logEvent})
-//	client, err := baton.New(st, nil)
+// or open a [Store] with [Open] (to set Options the URL cannot, such as
+// ACL or OnEvent), or build one over a go-zookeeper connection you own
+// with [New], and pass it to baton.New.
 //
 // It needs ZooKeeper 3.5.3 or later (container nodes); every test runs on
 // standalone ZooKeeper 3.8 and 3.9, and an ensemble test on three 3.8
@@ -27,107 +25,40 @@
 // SessionTimeout), root (Root), max_retries (MaxRetries), initial_retry_wait
 // and max_retry_wait (Go durations) and linger (Linger).
 //
-// # The recipe
+// # Nodes
 //
 // This is the lock recipe of ZooKeeper's documentation, extended to shared
-// locks and semaphores. Each lock name has a parent node
-// <root>/<escaped name> (a container node whose data is the name itself):
-// every byte of the name other than ASCII letters, digits, '-' and '_' is
-// written %XX, so that "/", "..", "." or control characters can neither
-// collide nor leave the root, and a name prefix is a prefix of the escaped
-// names. Each request is an EPHEMERAL_SEQUENTIAL child
+// locks and semaphores: each lock name is a container node under the root
+// (the name escaped), each request an EPHEMERAL_SEQUENTIAL child of it
+// whose sequence is its place in the FIFO queue. Empty parents are deleted
+// Linger after their last release, and by ZooKeeper itself. See
+// docs/stores/zookeeper.md#the-recipe.
 //
-//	<escaped owner>-<x | s<limit>>-<sequence>
+// # Guarantees and limits
 //
-// whose data is JSON (mode, limit, host, meta, ttl, created). The owner, mode
-// and limit are in the node's name, so one getChildren call tells the whole
-// queue, and a create whose reply was lost (the connection broke) is found
-// again by listing the children instead of leaking a node. Queue order is
-// the sequence number. The grant rules are those of package lockstate over
-// the ordered children: an exclusive request is granted when it is first; a
-// shared one when no exclusive request is ahead of it and, with a limit L,
-// fewer than L requests are ahead of it. A node once granted stays granted
-// until it is deleted.
+// The grant rules of package lockstate are applied to the ordered
+// children; a waiter watches only the node that blocks it, so a release
+// wakes one waiter. Fencing tokens are zxids: strictly increasing for
+// every name, even after its parent was deleted. See
+// docs/stores/zookeeper.md#fencing-tokens-and-round-trips.
 //
-// A request is one multi-op transaction that creates the child and writes
-// the parent's data: its result carries the parent's stat after the
-// create, whose Mzxid is the child's creation zxid (the fencing token:
-// strictly increasing for every name, even after empty parents are deleted,
-// which a per-parent sequence number would not be) and whose NumChildren
-// tells whether the request is alone, and so granted, without listing the
-// children. An uncontended Lock and its release are two round trips
-// (go-zookeeper's zk.Lock takes three).
+// Every hold of a Store lives in its one ZooKeeper session, which the
+// store keeps alive; baton does not renew such holds, and Status reports
+// them as just renewed. The session is judged lost, on this machine's
+// monotonic clock, when the server has not been heard from for the
+// negotiated session timeout less a tenth: before the server can expire
+// the session and grant the lock to someone else, given clocks whose rates
+// differ by less than a few percent. baton then ends its leases with
+// ErrLeaseLost, and the store never uses that session again.
+// Options.OnEvent reports connection and session events. A holder that
+// dies or is cut off blocks others for up to the session timeout. See
+// docs/stores/zookeeper.md#sessions.
 //
-// An owner that already has a node of the name re-acquires it: the node's
-// data is updated and its token kept; another mode or limit is refused with
-// driver.ErrModeConflict. A request that is not granted and not queued
-// (TryLock) deletes its node at once.
-//
-// Waiting: a waiting request sets a watch on the one node that blocks it,
-// the node just ahead of an exclusive request, or the nearest exclusive
-// request ahead of a shared one, so that a release wakes one waiter, not
-// all of them (no herd effect). It is a data watch (getData), which fires
-// when the node is deleted like an exists watch does, but leaves no watch
-// behind on the server when the node is already gone. A shared request
-// blocked only by its limit watches the parent's children instead, as any
-// departure ahead may let it in. Every wait ends with its context. When
-// the blocking node is all that keeps a request out (it is second in
-// line), the request also watches its own node: ZooKeeper delivers a
-// session's notifications in the order of the changes, so the blocker's
-// deletion arriving while the own node is known to exist grants the
-// request without listing the children again, and a hand-off costs one
-// notification instead of a notification and a round trip (not after a
-// reconnection, whose replayed notifications come in no set order).
-//
-// Status (List) reports a hold as if renewed at the moment of listing
-// (Expires now+TTL, Left its TTL): its session keeps it alive, as
-// keepalive keeps a lease; the TTL recorded is the one requested. Purge
-// has nothing to report: holds go with their session.
-//
-// Empty parents are deleted Linger after their last release (1 s by
-// default, so that a name locked again and again is not recreated each
-// time), when the store closes, and by Purge; ZooKeeper also deletes empty
-// container nodes on its own (every znode.container.checkIntervalMs, 60 s by
-// default), which cleans up after holders that died.
-//
-// # Sessions
-//
-// Each Store has one ZooKeeper session at a time, and every hold it takes
-// lives in it: driver.Grant.Session is that session, and baton does not
-// renew such holds. The session's Done channel closes when the session may
-// be lost: when the server says it expired, and also, judged on this
-// machine's monotonic clock, when the server has not been heard from for
-// the negotiated session timeout less a tenth of it. "Heard from" is
-// precise: the store's dialer reads the protocol's framing and takes, for
-// every reply, the moment its request was written, a moment the server
-// cannot have seen it before; ZooKeeper expires a session no sooner than
-// its timeout after it last heard from the client. So Done closes (and
-// baton ends the leases with ErrLeaseLost) before the server can expire the
-// session and grant the lock to someone else, given clocks that run at
-// rates within a few percent of each other.
-//
-// A session judged lost is closed (its ephemeral nodes go at once if the
-// server can still be reached) and never used again: the next call opens a
-// new connection and session. Connection events are reported through
-// Options.OnEvent: connected (a new session is ready), disconnected (the
-// session is suspended, its holds may still be valid), reconnected (the same
-// session resumed, holds intact), and session-expired (holds lost).
-//
-// Connection losses are retried, with binary exponential backoff and
-// jitter, by every step that can be repeated safely (reads, deletes, data
-// updates, and a create once the children were searched for it), up to
-// Options.MaxRetries or until the call's context ends.
-//
-// # Connections you own
-//
-// [New] uses a *zk.Conn and its event channel as they are. The store then
-// cannot read the wire: it judges a session lost when it has been
-// disconnected for a third of Options.SessionTimeout (go-zookeeper notices a
-// silent connection two thirds of the timeout after its last reply) less
-// the margin, and it cannot know the timeout the server negotiated: set
-// Options.SessionTimeout to the value passed to zk.Connect, and keep it
-// within the server's maxSessionTimeout. When a session judged lost comes
-// back, the store deletes the nodes it had in it before using it again.
+// Over a connection given to [New], the store cannot read the wire: it
+// judges a session lost after a third of Options.SessionTimeout
+// disconnected, and cannot know the negotiated timeout, so set
+// SessionTimeout to the value passed to zk.Connect, within the server's
+// maxSessionTimeout. See docs/stores/zookeeper.md#connections-you-own.
 package zookeeper
 
 import (
@@ -152,11 +83,7 @@ import (
 
 func init() {
 	baton.Register("zk", func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		servers, o, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, servers, o)
+		return Open(ctx, u.String(), nil)
 	})
 }
 
@@ -257,6 +184,11 @@ var (
 
 // Store is a lock store in one ZooKeeper ensemble. It is safe for
 // concurrent use.
+//
+// The methods that implement driver.Store (Acquire, Renew, Release, List,
+// Purge, and Watch where the store wakes waiters) are its contract with
+// baton's Client, not an application API: use the store through
+// baton.New.
 type Store struct {
 	opts    Options
 	root    string
@@ -288,13 +220,19 @@ type Store struct {
 	evWake  chan struct{}
 }
 
-// Open connects to the servers ("host:port", port 2181 if omitted) and
-// waits, until ctx ends, for a session.
-func Open(ctx context.Context, servers []string, opts *Options) (*Store, error) {
-	if len(servers) == 0 {
-		return nil, errors.New("zookeeper: no servers")
+// Open connects to the servers of rawURL, a zk:// URL (see the package
+// documentation), and waits, until ctx ends, for a session. Options given
+// in the URL apply where opts leaves the field zero.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
-	s, err := newStore(opts)
+	servers, fromURL, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newStore(driver.FillZero(opts, fromURL))
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,9 @@ func servers(t testing.TB) []string {
 	return strings.Split(drivertest.ServerOf(t, serversEnv).URL, ",")
 }
 
+// zkURL is the store URL of servers.
+func zkURL(servers []string) string { return "zk://" + strings.Join(servers, ",") }
+
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -70,7 +73,7 @@ func options(o *zookeeper.Options) *zookeeper.Options {
 
 func open(t testing.TB, o *zookeeper.Options) *zookeeper.Store {
 	t.Helper()
-	st, err := zookeeper.Open(ctxFor(t, 10*time.Second), servers(t), options(o))
+	st, err := zookeeper.Open(ctxFor(t, 10*time.Second), zkURL(servers(t)), options(o))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -181,7 +184,7 @@ func TestConformance(t *testing.T) {
 		srv := servers(t)
 		drivertest.Run(t, drivertest.Config{
 			Open: func(t testing.TB) driver.Store {
-				st, err := zookeeper.Open(ctxFor(t, 10*time.Second), srv, options(nil))
+				st, err := zookeeper.Open(ctxFor(t, 10*time.Second), zkURL(srv), options(nil))
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
@@ -631,7 +634,7 @@ func TestConnectionLoss(t *testing.T) {
 		// The server listed twice: go-zookeeper reconnects to the next address
 		// at once (it pauses a second after trying every address).
 		srv := servers(t)
-		st, err := zookeeper.Open(ctx, append(slices.Clone(srv), srv...), options(&zookeeper.Options{Linger: -1}))
+		st, err := zookeeper.Open(ctx, zkURL(append(slices.Clone(srv), srv...)), options(&zookeeper.Options{Linger: -1}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,29 @@
+package driver_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+)
+
+func TestFillZero(t *testing.T) {
+	type opts struct {
+		Table string
+		TTL   time.Duration
+		On    bool
+		List  []string
+	}
+	fromURL := &opts{Table: "url", TTL: time.Second, On: true, List: []string{"u"}}
+	got := driver.FillZero(&opts{Table: "mine"}, fromURL)
+	if got.Table != "mine" || got.TTL != time.Second || !got.On || len(got.List) != 1 {
+		t.Errorf("FillZero = %+v: the caller's field must win, the URL's fill the zero ones", got)
+	}
+	if got := driver.FillZero(nil, fromURL); got.Table != "url" {
+		t.Errorf("FillZero(nil, …) = %+v", got)
+	}
+	mine := &opts{}
+	if got := driver.FillZero(mine, nil); got == mine {
+		t.Error("FillZero returned the caller's Options, not a copy")
+	}
+}

@@ -1,0 +1,4 @@
+package elastic
+
+// ParseURL exposes parseURL to the tests.
+var ParseURL = parseURL
