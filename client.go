@@ -108,6 +108,7 @@ type Client struct {
 	waiter driver.Waiter // nil: the store cannot wake waiters
 	opts   Options
 	log    *slog.Logger
+	clock  clock // realClock but in tests
 
 	ctx  context.Context // cancelled by Close
 	stop context.CancelFunc
@@ -129,6 +130,11 @@ type Client struct {
 
 // New returns a Client over store, which it owns: Close closes it.
 func New(store driver.Store, opts *Options) (*Client, error) {
+	return newClient(store, opts, realClock{})
+}
+
+// newClient is New on clock k (tests pass a fake one).
+func newClient(store driver.Store, opts *Options, k clock) (*Client, error) {
 	if store == nil {
 		return nil, invalid("store is nil")
 	}
@@ -160,7 +166,8 @@ func New(store driver.Store, opts *Options) (*Client, error) {
 	c := &Client{
 		store:    store,
 		opts:     o,
-		epoch:    time.Now(),
+		clock:    k,
+		epoch:    k.Now(),
 		log:      cmp.Or(o.Logger, discardLogger),
 		leases:   make(map[driver.Key]*Lease),
 		kaWake:   make(chan struct{}, 1),
@@ -206,7 +213,7 @@ func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ct
 	stop()
 	cancel(nil)
 	lost := l.Err()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	rctx, rcancel := c.withTimeout(context.WithoutCancel(ctx), c.opTimeout())
 	defer rcancel()
 	rerr := l.Release(rctx)
 	if lost != nil && !errors.Is(lost, ErrReleased) {
@@ -271,7 +278,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			r.Token = l.Token()
 		}
 		if !waitStart.IsZero() {
-			r.Waited = time.Since(waitStart)
+			r.Waited = c.clock.Now().Sub(waitStart)
 		}
 		end(r)
 	}()
@@ -293,10 +300,13 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	bo := backoff{max: c.opts.MaxPoll}
 	retry := backoff{n: 3, max: c.opts.MaxPoll}
 	for {
-		sent := time.Now()
+		sent := c.clock.Now()
+		// What Replay compares with the store's changes: the process's
+		// real clock, which the store shares, even where c.clock is fake.
+		storeSent := realClock{}.Now()
 		done := c.call(ctx, "acquire", name)
 		g, err := c.store.Acquire(ctx, req)
-		if err == nil && g.Session == nil && !time.Now().Before(sent.Add(req.TTL-margin(req.TTL))) {
+		if err == nil && g.Session == nil && !c.clock.Now().Before(sent.Add(req.TTL-margin(req.TTL))) {
 			// The answer came after the lease it grants had ended here:
 			// the store may have granted the name to another since. That
 			// is no grant; ask again (the store grants it anew if nobody
@@ -323,7 +333,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			return nil, storeErr("lock", name, err)
 		}
 		if waitStart.IsZero() {
-			waitStart = time.Now()
+			waitStart = c.clock.Now()
 			c.emit(Event{Kind: EventWaiting, Name: name, Owner: req.Owner})
 		}
 		if !watched && c.waiter != nil {
@@ -338,7 +348,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			done(err)
 			if err == nil {
 				watch = w
-				if r, ok := w.(driver.Replayer); !ok || !r.Replay(sent) {
+				if r, ok := w.(driver.Replayer); !ok || !r.Replay(storeSent) {
 					continue
 				}
 			}
@@ -354,11 +364,11 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			if after := busyAfter(err); after > 0 && after < t {
 				t = after
 			}
-			wctx, cancel := context.WithTimeout(ctx, t)
+			wctx, cancel := c.withTimeout(ctx, t)
 			stop := context.AfterFunc(c.ctx, cancel) // Close ends the wait
 			done := c.call(wctx, "wait", name)
 			werr := watch.Wait(wctx)
-			if ctx.Err() == nil && errors.Is(werr, context.DeadlineExceeded) {
+			if ctx.Err() == nil && errors.Is(context.Cause(wctx), context.DeadlineExceeded) {
 				werr = nil // woken by the timer, as asked
 			}
 			done(werr)
@@ -384,20 +394,6 @@ func retryable(ctx context.Context, err error) bool {
 		!errors.Is(err, driver.ErrModeConflict) && !errors.Is(err, driver.ErrLimitConflict) && !errors.Is(err, ErrInvalid)
 }
 
-// sleep waits for d, and reports false if ctx ended or the client closed
-// first.
-func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-c.ctx.Done():
-	}
-	return false
-}
-
 // busyAfter is the store's hint of when the blocking hold expires (0: none).
 func busyAfter(err error) time.Duration {
 	if busy := (*driver.Busy)(nil); errors.As(err, &busy) && busy.After > 0 {
@@ -408,7 +404,7 @@ func busyAfter(err error) time.Duration {
 
 // abandon removes a request's queue entry, or a grant whose reply was lost.
 func (c *Client) abandon(ctx context.Context, req *driver.Request) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	rctx, cancel := c.withTimeout(context.WithoutCancel(ctx), c.opTimeout())
 	defer cancel()
 	_, _ = c.store.Release(rctx, []driver.Key{{Name: req.Name, Owner: req.Owner}})
 }
@@ -518,7 +514,7 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 	for i, h := range hs {
 		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}
 	}
-	sent := time.Now()
+	sent := c.clock.Now()
 	gs, err := c.renewHolds(ctx, holds)
 	out := hs[:0]
 	for i, g := range gs { // those renewed before any error
@@ -658,7 +654,7 @@ func (c *Client) Close() error {
 			keys[i] = l.key
 			l.end(ErrReleased, false)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout())
+		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
 		_, _ = c.releaseKeys(ctx, keys)
 		cancel()
 	}

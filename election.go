@@ -159,7 +159,7 @@ func (e *Election) Observe(ctx context.Context, poll time.Duration) <-chan *Lead
 		defer close(ch)
 		var last *Leader
 		first := true
-		t := time.NewTicker(poll)
+		t := e.c.clock.NewTicker(poll)
 		defer t.Stop()
 		for {
 			cur, err := e.Leader(ctx)
@@ -174,7 +174,7 @@ func (e *Election) Observe(ctx context.Context, poll time.Duration) <-chan *Lead
 				}
 			}
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-ctx.Done():
 				return
 			}
@@ -209,7 +209,7 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, l *Leas
 		stop()
 		cancel(nil)
 		lost := l.Err()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.opTimeout())
+		rctx, rcancel := e.c.withTimeout(context.WithoutCancel(ctx), e.c.opTimeout())
 		_ = e.Resign(rctx)
 		rcancel()
 		switch {

@@ -2,7 +2,6 @@ package baton
 
 import (
 	"container/heap"
-	"context"
 	"fmt"
 	"time"
 
@@ -131,9 +130,17 @@ func (c *Client) wakeKeepalive() {
 
 func (c *Client) keepalive() {
 	defer c.wg.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		// A wake-up sent before due reads the queue tells it nothing new:
+		// drop it rather than go round again (renewBatch's own schedule
+		// sends one). A fake clock's tests need the goroutine to sleep only
+		// on the timer it has just set.
+		select {
+		case <-c.kaWake:
+		default:
+		}
 		batch, wait, ok := c.due()
 		if !ok {
 			return
@@ -144,7 +151,7 @@ func (c *Client) keepalive() {
 		}
 		timer.Reset(wait)
 		select {
-		case <-timer.C:
+		case <-timer.C():
 		case <-c.kaWake:
 		case <-c.ctx.Done():
 		}
@@ -162,7 +169,7 @@ func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 		c.kaRunning = false
 		return nil, 0, false
 	}
-	now := time.Now()
+	now := c.clock.Now()
 	for len(c.slots) > 0 && len(batch) < maxBatch && !c.slots[0].at.After(now) {
 		s := c.slots[0]
 		k := max(len(s.leases)-(maxBatch-len(batch)), 0)
@@ -190,7 +197,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 	holds := make([]driver.Hold, len(batch))
 	left := make([]time.Duration, len(batch)) // each lease's time left when the renewal is sent
 	first := time.Time{}                      // earliest deadline: no point waiting for the store past it
-	now := time.Now()
+	now := c.clock.Now()
 	for i, l := range batch {
 		l.mu.Lock()
 		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl}
@@ -200,10 +207,10 @@ func (c *Client) renewBatch(batch []*Lease) {
 		}
 		l.mu.Unlock()
 	}
-	ctx, cancel := context.WithDeadline(c.ctx, first)
+	ctx, cancel := c.clock.WithDeadline(c.ctx, first)
 	defer cancel()
 	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: holds[0].Name, Count: len(holds)})
-	sent := time.Now()
+	sent := c.clock.Now()
 	done := c.call(ctx, "renew", holds[0].Name)
 	gs, err := c.store.Renew(ctx, holds)
 	done(err)
@@ -215,7 +222,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 		// Try again soon; each lease's own timer ends it at its deadline.
 		// One log line for the call, one event per lease.
 		c.log.Warn("baton: lease renewal failed; retrying until its deadline", "lock", holds[0].Name, "leases", len(batch), "err", err)
-		now := time.Now()
+		now := c.clock.Now()
 		for _, l := range batch {
 			l.mu.Lock()
 			l.renewAt, l.retrying = now.Add(min(l.ttl/10, time.Second)), true

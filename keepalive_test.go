@@ -2,6 +2,7 @@ package baton_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -12,22 +13,26 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
 	"github.com/baton-go/baton/mem"
 )
 
 // recorder is a mem store that records its Renew and Release calls.
 type recorder struct {
 	*mem.Store
+	now      func() time.Time // the client's clock
 	mu       sync.Mutex
 	renews   []int                  // holds per Renew call
 	releases []int                  // keys per Release call
 	renewed  map[string][]time.Time // per name, when each renewal was sent
 }
 
-func newRecorder() *recorder { return &recorder{Store: mem.New(), renewed: map[string][]time.Time{}} }
+func newRecorder(now func() time.Time) *recorder {
+	return &recorder{Store: mem.New(), now: now, renewed: map[string][]time.Time{}}
+}
 
 func (r *recorder) Renew(ctx context.Context, hs []driver.Hold) ([]*driver.Grant, error) {
-	now := time.Now()
+	now := r.now()
 	r.mu.Lock()
 	r.renews = append(r.renews, len(hs))
 	for _, h := range hs {
@@ -56,15 +61,16 @@ func (r *recorder) calls() (renews, releases []int) {
 // first renewal) rather than every sixth.
 func TestKeepaliveRenewsInRounds(t *testing.T) {
 	ctx := context.Background()
-	const ttl = 2400 * time.Millisecond
-	r := newRecorder()
-	c, err := baton.New(r, &baton.Options{TTL: ttl})
+	const ttl = time.Hour
+	k := baton.NewFakeClock()
+	r := newRecorder(k.Now)
+	c, err := baton.NewWithClock(r, &baton.Options{TTL: ttl}, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	// 2000 leases, 10 every 8ms: taken over 1.6s, two thirds of the TTL.
-	start := time.Now()
+	// 2000 leases, 10 every 12s: taken over 40min, two thirds of the TTL.
+	start := k.Now()
 	var ls []*baton.Lease
 	for g := range 200 {
 		for i := range 10 {
@@ -74,10 +80,10 @@ func TestKeepaliveRenewsInRounds(t *testing.T) {
 			}
 			ls = append(ls, l)
 		}
-		time.Sleep(8 * time.Millisecond)
+		k.Advance(ttl / 300)
 	}
 	hold := 4 * ttl / 3
-	time.Sleep(time.Until(start.Add(hold))) // hold them a while
+	k.Advance(start.Add(hold).Sub(k.Now())) // hold them a while
 	for _, l := range ls {
 		if err := l.Err(); err != nil {
 			t.Fatalf("lease %s ended: %v", l.Name(), err)
@@ -105,9 +111,10 @@ func TestKeepaliveRenewsInRounds(t *testing.T) {
 // Close: a round over more leases makes several calls.
 func TestBatchesAtMostAThousand(t *testing.T) {
 	ctx := context.Background()
-	const n, ttl = 2500, 1200 * time.Millisecond
-	r := newRecorder()
-	c, err := baton.New(r, &baton.Options{TTL: ttl})
+	const n, ttl = 2500, time.Minute
+	k := baton.NewFakeClock()
+	r := newRecorder(k.Now)
+	c, err := baton.NewWithClock(r, &baton.Options{TTL: ttl}, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,18 +123,12 @@ func TestBatchesAtMostAThousand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r.mu.Lock()
-		got := len(r.renewed)
-		r.mu.Unlock()
-		if got == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d leases renewed within 5s", got, n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	k.Advance(ttl / 3) // every lease's first renew time
+	r.mu.Lock()
+	got := len(r.renewed)
+	r.mu.Unlock()
+	if got != n {
+		t.Fatalf("%d of %d leases renewed within TTL/3", got, n)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -157,20 +158,21 @@ func TestBatchesAtMostAThousand(t *testing.T) {
 // next renewal was due much later.
 func TestShorterTTLIsKeptAlive(t *testing.T) {
 	ctx := context.Background()
-	const short = 300 * time.Millisecond
+	const short = 30 * time.Second
 	for _, how := range []string{"Lock", "RenewOwner"} {
 		t.Run(how, func(t *testing.T) {
-			c, err := baton.New(mem.New(), nil)
+			k := baton.NewFakeClock()
+			c, err := baton.NewWithClock(mem.New(), nil, k)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			o := &baton.LockOptions{Owner: baton.NewOwner(), TTL: 30 * time.Second}
+			o := &baton.LockOptions{Owner: baton.NewOwner(), TTL: time.Hour}
 			l, err := c.Lock(ctx, "x", o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond) // keepalive sleeps until the lease's renew time, 10s
+			k.Settle() // keepalive sleeps until the lease's renew time, 20min
 			if how == "Lock" {
 				o.TTL = short
 				if _, err := c.Lock(ctx, "x", o); err != nil {
@@ -182,7 +184,7 @@ func TestShorterTTLIsKeptAlive(t *testing.T) {
 			if got := l.TTL(); got != short {
 				t.Fatalf("TTL %v after the change, want %v", got, short)
 			}
-			time.Sleep(4 * short)
+			k.Advance(4 * short)
 			if err := l.Err(); err != nil {
 				t.Errorf("lease with a shortened TTL ended: %v", err)
 			}
@@ -196,7 +198,8 @@ func TestShorterTTLIsKeptAlive(t *testing.T) {
 func TestKeepaliveStopsWithItsLastLease(t *testing.T) {
 	ctx := context.Background()
 	opts := goleak.IgnoreCurrent()
-	c, err := baton.New(mem.New(), nil)
+	k := baton.NewFakeClock()
+	c, err := baton.NewWithClock(mem.New(), nil, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,22 +212,91 @@ func TestKeepaliveStopsWithItsLastLease(t *testing.T) {
 		}
 		ls = append(ls, l)
 	}
-	time.Sleep(50 * time.Millisecond) // keepalive sleeps until the leases' renew time, 5s
+	k.Settle() // keepalive sleeps until the leases' renew time, 5s
 	for _, l := range ls {
 		l.Release(ctx)
 	}
 	goleak.VerifyNone(t, opts)
 
-	l, err := c.Lock(ctx, "again", &baton.LockOptions{TTL: 200 * time.Millisecond})
+	l, err := c.Lock(ctx, "again", &baton.LockOptions{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond)
+	k.Advance(3 * time.Minute)
 	if err := l.Err(); err != nil {
 		t.Errorf("lease taken after keepalive stopped: %v", err)
 	}
 	c.Close()
 	goleak.VerifyNone(t, opts)
+}
+
+// A lease of an hour, on a fake clock: keepalive renews it every third of
+// its TTL; once the store stops answering, it retries every second, and the
+// lease ends exactly at its deadline (an hour, less the 1% margin, after the
+// last renewal that got through), not a microsecond sooner or later.
+func TestHourLeaseEndsExactlyAtItsDeadline(t *testing.T) {
+	ctx := context.Background()
+	const ttl = time.Hour
+	k := baton.NewFakeClock()
+	r := newRecorder(k.Now)
+	f := drivertest.NewFaulty(r)
+	var ev events
+	c, err := baton.NewWithClock(f, &baton.Options{TTL: ttl, OnEvent: ev.add}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := k.Now()
+	l, err := c.Lock(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Advance(ttl)
+	r.mu.Lock()
+	renewed := r.renewed["x"]
+	r.mu.Unlock()
+	want := []time.Time{start.Add(ttl / 3), start.Add(2 * ttl / 3), start.Add(ttl)}
+	if fmt.Sprint(renewed) != fmt.Sprint(want) {
+		t.Fatalf("renewed at %v, want %v", renewed, want)
+	}
+	for _, e := range ev.of(baton.EventRenewed) {
+		if e.Left != ttl-ttl/100-ttl/3 {
+			t.Errorf("renewed with %v left, want %v", e.Left, ttl-ttl/100-ttl/3)
+		}
+	}
+
+	f.SetDown(true)
+	deadline := start.Add(ttl + ttl - ttl/100)
+	if got := l.Deadline(); !got.Equal(deadline) {
+		t.Fatalf("deadline %v, want %v", got, deadline)
+	}
+	k.Advance(deadline.Sub(k.Now()) - time.Microsecond)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease ended a microsecond before its deadline: %v", l.Err())
+	default:
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("Err a microsecond before the deadline: %v", err)
+	}
+	k.Advance(time.Microsecond)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("lease still held at its deadline")
+	}
+	if !errors.Is(l.Err(), baton.ErrLeaseLost) {
+		t.Errorf("lease ended with %v, want ErrLeaseLost", l.Err())
+	}
+	// Failed renewals from the renew time after the last success until the
+	// deadline, one a second.
+	firstFail := start.Add(ttl + ttl/3)
+	if n, want := len(ev.of(baton.EventRenewFailed)), int(deadline.Sub(firstFail)/time.Second); n != want {
+		t.Errorf("%d failed renewals, want %d", n, want)
+	}
+	if lost := ev.of(baton.EventLost); len(lost) != 1 || lost[0].Held != deadline.Sub(start) {
+		t.Errorf("lost events %+v, want one, held %v", lost, deadline.Sub(start))
+	}
 }
 
 // BenchmarkHoldMany takes b.N locks in one client and holds them: the cost

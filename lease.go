@@ -31,7 +31,7 @@ type Lease struct {
 	renewAt  time.Time     // when keepalive renews next
 	retrying bool          // the last renewal failed
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
-	timer    *time.Timer
+	timer    clockTimer
 	err      error
 
 	// keepalive's, guarded by c.mu
@@ -96,16 +96,17 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 // setDeadline (re)arms the timer that ends the lease. l.mu is held.
 func (l *Lease) setDeadline(d time.Time) {
 	l.deadline = d
+	left := d.Sub(l.c.clock.Now())
 	if l.timer == nil {
-		l.timer = time.AfterFunc(time.Until(d), l.expire)
+		l.timer = l.c.clock.AfterFunc(left, l.expire)
 	} else {
-		l.timer.Reset(time.Until(d))
+		l.timer.Reset(left)
 	}
 }
 
 func (l *Lease) expire() {
 	l.mu.Lock()
-	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
+	early := l.c.clock.Now().Before(l.deadline) // a renewal moved it meanwhile
 	l.mu.Unlock()
 	if early {
 		return
@@ -160,7 +161,7 @@ func (l *Lease) end(err error, release bool) {
 	}
 	// The event and the context's cause come first, so that whoever wakes
 	// on Done finds them.
-	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err, Held: time.Since(l.granted)})
+	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err, Held: c.clock.Now().Sub(l.granted)})
 	l.cancel(err)
 	close(l.done)
 
@@ -174,7 +175,7 @@ func (l *Lease) end(err error, release bool) {
 		c.unwatchSession(l.session)
 	}
 	if release {
-		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout())
+		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
 		_, _ = c.store.Release(ctx, []driver.Key{l.key})
 		cancel()
 	}
@@ -210,7 +211,7 @@ func (l *Lease) Info() LockInfo {
 	i := l.info
 	i.Meta = maps.Clone(i.Meta)
 	if d := l.deadlineLocked(); !d.IsZero() {
-		i.Left = time.Until(d)
+		i.Left = d.Sub(l.c.clock.Now())
 	}
 	return i
 }
@@ -249,7 +250,7 @@ func (l *Lease) Err() error {
 	if l.err != nil {
 		return l.err
 	}
-	if d := l.deadlineLocked(); !d.IsZero() && !time.Now().Before(d) {
+	if d := l.deadlineLocked(); !d.IsZero() && !l.c.clock.Now().Before(d) {
 		if l.keepAlive {
 			return ErrLeaseLost
 		}
@@ -269,9 +270,9 @@ func (l *Lease) Renew(ctx context.Context) (err error) {
 	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	l.mu.Lock()
-	ttl, left := l.ttl, time.Until(l.deadlineLocked())
+	sent := c.clock.Now()
+	ttl, left := l.ttl, l.deadlineLocked().Sub(sent)
 	l.mu.Unlock()
-	sent := time.Now()
 	done := c.call(ctx, "renew", l.key.Name)
 	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl}})
 	done(err)

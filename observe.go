@@ -101,7 +101,7 @@ func (c *Client) Health(min float64) error {
 		ls = append(ls, l)
 	}
 	c.mu.Unlock()
-	now := time.Now()
+	now := c.clock.Now()
 	for _, l := range ls {
 		if !l.keepAlive || l.session != nil {
 			continue

@@ -87,8 +87,10 @@ func TestEventsSayWaitLeftHeld(t *testing.T) {
 func TestHealth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	const ttl = time.Minute
 	f := drivertest.NewFaulty(mem.Open("health"))
-	c, err := baton.New(f, &baton.Options{TTL: 600 * time.Millisecond})
+	k := baton.NewFakeClock()
+	c, err := baton.NewWithClock(f, &baton.Options{TTL: ttl}, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,16 +102,26 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(450 * time.Millisecond) // renewed once, with two thirds left
+	k.Advance(3 * ttl / 4) // renewed in time, with two thirds left
 	if err := c.Health(1.0 / 3); err != nil {
 		t.Errorf("Health while renewing in time: %v", err)
 	}
 	f.SetDown(true) // renewals fail from now on
-	drivertest.Eventually(t, 2*time.Second, "Health to report the thin lease", func() bool {
-		err := c.Health(1.0 / 3)
-		return err != nil && strings.Contains(err.Error(), `"x"`)
-	})
-	<-l.Done()
+	for {
+		if err := c.Health(1.0 / 3); err != nil && strings.Contains(err.Error(), `"x"`) {
+			break
+		}
+		if l.Err() != nil {
+			t.Fatal("lease ended before Health reported it thin")
+		}
+		k.Advance(ttl / 100)
+	}
+	k.Advance(ttl)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("lease still held a TTL after renewals began to fail")
+	}
 }
 
 // Options.Logger gets the library's own diagnostics.
@@ -124,7 +136,9 @@ func TestLogger(t *testing.T) {
 		return buf.Write(p)
 	}), nil)
 	f := drivertest.NewFaulty(mem.Open("logger"))
-	c, err := baton.New(f, &baton.Options{TTL: 200 * time.Millisecond, Logger: slog.New(h)})
+	k := baton.NewFakeClock()
+	const ttl = 200 * time.Millisecond
+	c, err := baton.NewWithClock(f, &baton.Options{TTL: ttl, Logger: slog.New(h)}, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +148,12 @@ func TestLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.SetDown(true)
-	<-l.Done()
+	k.Advance(ttl)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("lease still held a TTL after renewals began to fail")
+	}
 	if !errors.Is(l.Err(), baton.ErrLeaseLost) {
 		t.Fatalf("lease ended with %v", l.Err())
 	}

@@ -46,9 +46,24 @@ func TestLockRetriesStoreErrorsWithTheSameOwner(t *testing.T) {
 	ctx := context.Background()
 	f := &flaky{Store: mem.New()}
 	f.fails.Store(2)
-	c, _ := baton.New(f, nil)
+	k := baton.NewFakeClock()
+	c, _ := baton.NewWithClock(f, nil, k)
 	defer c.Close()
-	l, err := c.Lock(ctx, "x", nil)
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(ctx, "x", nil)
+		got <- result{l, err}
+	}()
+	for range 2 { // each failed call, then a backoff
+		k.BlockUntil(1)
+		k.AdvanceToNext()
+	}
+	res := <-got
+	l, err := res.l, res.err
 	if err != nil {
 		t.Fatalf("Lock after two failed calls: %v", err)
 	}
@@ -73,7 +88,8 @@ func TestLockRetriesStoreErrorsWithTheSameOwner(t *testing.T) {
 func TestKeepaliveBacksOffAfterFailures(t *testing.T) {
 	ctx := context.Background()
 	f := &flaky{Store: mem.New()}
-	c, _ := baton.New(f, nil)
+	k := baton.NewFakeClock()
+	c, _ := baton.NewWithClock(f, nil, k)
 	defer c.Close()
 	ttl := 500 * time.Millisecond
 	l, err := c.Lock(ctx, "x", &baton.LockOptions{TTL: ttl})
@@ -81,7 +97,12 @@ func TestKeepaliveBacksOffAfterFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.down.Store(true)
-	<-l.Done()
+	k.Advance(ttl)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("lease still held a TTL after renewals began to fail")
+	}
 	// Renewals start at TTL/3 and retry every TTL/10 until the deadline:
 	// about 7 calls, not a spin.
 	if n := f.renews.Load(); n > 20 {
@@ -96,7 +117,8 @@ func TestContendedLockSkipsAttemptWhenWatchReplays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	f := &flaky{Store: mem.New()}
-	c, _ := baton.New(f, nil)
+	k := baton.NewFakeClock()
+	c, _ := baton.NewWithClock(f, nil, k)
 	defer c.Close()
 	holder, err := c.Lock(ctx, "replay", nil)
 	if err != nil {
@@ -111,7 +133,7 @@ func TestContendedLockSkipsAttemptWhenWatchReplays(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let the waiter be refused and wait
+	k.BlockUntil(3) // the waiter waits: its wait's timer, the holder's deadline and keepalive
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +151,13 @@ type slowFirst struct {
 	*mem.Store
 	calls atomic.Int32
 	delay time.Duration
+	clock *baton.FakeClock
 }
 
 func (s *slowFirst) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
 	g, err := s.Store.Acquire(ctx, req)
 	if s.calls.Add(1) == 1 {
-		time.Sleep(s.delay)
+		s.clock.Advance(s.delay)
 	}
 	return g, err
 }
@@ -145,10 +168,23 @@ func (s *slowFirst) Acquire(ctx context.Context, req *driver.Request) (*driver.G
 func TestLockRefusesGrantThatArrivesAfterItsTTL(t *testing.T) {
 	ctx := context.Background()
 	ttl := 100 * time.Millisecond
-	s := &slowFirst{Store: mem.New(), delay: 2 * ttl}
-	c, _ := baton.New(s, nil)
+	k := baton.NewFakeClock()
+	s := &slowFirst{Store: mem.New(), delay: 2 * ttl, clock: k}
+	c, _ := baton.NewWithClock(s, nil, k)
 	defer c.Close()
-	l, err := c.Lock(ctx, "x", &baton.LockOptions{TTL: ttl, NoKeepAlive: true})
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(ctx, "x", &baton.LockOptions{TTL: ttl, NoKeepAlive: true})
+		got <- result{l, err}
+	}()
+	k.BlockUntil(1) // the backoff after the late answer
+	k.AdvanceToNext()
+	res := <-got
+	l, err := res.l, res.err
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
@@ -161,8 +197,9 @@ func TestLockRefusesGrantThatArrivesAfterItsTTL(t *testing.T) {
 	}
 
 	// With retries off, the late grant is an error, and undone.
-	s2 := &slowFirst{Store: mem.New(), delay: 2 * ttl}
-	c2, _ := baton.New(s2, &baton.Options{Retries: -1})
+	k2 := baton.NewFakeClock()
+	s2 := &slowFirst{Store: mem.New(), delay: 2 * ttl, clock: k2}
+	c2, _ := baton.NewWithClock(s2, &baton.Options{Retries: -1}, k2)
 	defer c2.Close()
 	if _, err := c2.TryLock(ctx, "x", &baton.LockOptions{TTL: ttl}); !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("TryLock with a late answer and retries off: %v, want ErrLeaseLost", err)

@@ -28,7 +28,7 @@
 //
 // Usage:
 //
-//	go run ./bench -target baton=sqlite:///tmp/bench.db -target baton=mem://
+//	go run ./bench -target baton=sqlite:///tmp/bench.db -target baton=mem://bench
 //	go run ./bench -basic=false -hold 100000 -names 10000 -target baton=mem://
 //
 // A target is KIND=URL: KIND "baton" measures baton on the store at URL;
