@@ -42,7 +42,8 @@
 //	Redis          one Lua script (hash + sorted set)   Redis TIME              max(last+1, TIME in µs)    grant pushed to a per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor
 //	ZooKeeper      ephemeral sequential nodes           session timeout         node's creation zxid       watch on the predecessor
-//	MongoDB        unique-key insert of (name, ticket)  holder's observation    the ticket                 polling
+//	MongoDB        records: version CAS; common cases   server's $$NOW          per-name counter in doc    change stream
+//	               in one pipeline findAndModify
 //	Elasticsearch  records: if_seq_no/primary_term CAS  server's ctx._now       per-name counter in doc    polling the doc
 //	Spanner        records: read-write txn, row/name    commit timestamps       commit timestamp (µs)      polling
 //
@@ -54,10 +55,6 @@
 // [Jitter], [Sleep], [Retry], and [ErrClosed], which its own closed-store
 // error wraps. docs/adding-a-store.md lists what to write for a new store
 // and every place outside it to touch.
-//
-// "Holder's observation" means a waiter judges a record expired only after
-// seeing it unchanged for its TTL on its own monotonic clock (client-go's
-// leader election does the same), so no two machines' clocks are compared.
 package driver
 
 import (

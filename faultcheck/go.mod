@@ -11,6 +11,7 @@ require (
 	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/sqlite v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/zookeeper v0.0.0-00010101000000-000000000000
+	go.mongodb.org/mongo-driver/v2 v2.2.2
 	golang.org/x/sys v0.47.0
 )
 
@@ -44,7 +45,6 @@ require (
 	github.com/xdg-go/scram v1.1.2 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
-	go.mongodb.org/mongo-driver/v2 v2.2.2 // indirect
 	go.opencensus.io v0.24.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/detectors/gcp v1.44.0 // indirect

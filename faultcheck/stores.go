@@ -19,6 +19,9 @@ import (
 	_ "github.com/baton-go/baton/sqlite"
 	_ "github.com/baton-go/baton/zookeeper"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	batonspanner "github.com/baton-go/baton/spanner"
 )
 
@@ -32,6 +35,17 @@ func spannerSetup(ctx context.Context, addr string) error {
 		return err
 	}
 	return batonspanner.CreateTable(ctx, spannerDB, nil)
+}
+
+// mongoSetup drops the lock collection that an earlier run (perhaps of an
+// earlier version of the store) left on the harness's server.
+func mongoSetup(ctx context.Context, addr string) error {
+	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?directConnection=true&serverSelectionTimeoutMS=20000"))
+	if err != nil {
+		return err
+	}
+	defer c.Disconnect(context.WithoutCancel(ctx))
+	return c.Database("faultcheck").Collection("locks").Drop(ctx)
 }
 
 // Store is one server of a store that the harness knows how to run.
@@ -111,8 +125,7 @@ var Stores = []Store{
 	{Name: "valkey9", Server: "valkey9", Port: 26380, TimeNS: true, ServerEnv: redisAOF, URL: redisURL},
 	{Name: "etcd34", Server: "etcd34", Port: 22379, TimeNS: true, URL: etcdURL},
 	{Name: "etcd37", Server: "etcd37", Port: 22479, TimeNS: true, URL: etcdURL},
-	{Name: "mongodb6", Server: "mongodb6", Port: 27027, TimeNS: true, URL: mongoURL},
-	{Name: "ferretdb1", Server: "ferretdb1", Port: 27029, TimeNS: true, URL: mongoURL},
+	{Name: "mongodb6", Server: "mongodb6", Port: 27027, TimeNS: true, Setup: mongoSetup, URL: mongoURL},
 	{Name: "opensearch2", Server: "opensearch2", Port: 29200, TimeNS: true, URL: elasticURL("opensearch")},
 	{Name: "elasticsearch7", Server: "elasticsearch7", Port: 29201, TimeNS: true, URL: elasticURL("elasticsearch")},
 	{Name: "spanner", Server: "emulator", Port: 29010, TimeNS: true, NoRestart: true, Setup: spannerSetup,

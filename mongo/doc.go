@@ -1,5 +1,6 @@
 // Package mongo is baton's MongoDB store, on the official Go driver
-// (go.mongodb.org/mongo-driver/v2). Import it for its URL schemes:
+// (go.mongodb.org/mongo-driver/v2), for MongoDB 5.0 or later. Import it
+// for its URL schemes:
 //
 //	import _ "github.com/baton-go/baton/mongo"
 //
@@ -7,11 +8,6 @@
 //
 // or build a store over a driver client you own (your TLS, auth, pools)
 // with [New] and pass it to baton.New.
-//
-// It was tested on FerretDB 1.24 (the MongoDB wire protocol over SQLite),
-// not yet against a real MongoDB server, and relies only on what both
-// provide: unique indexes, single-document writes filtered by _id and a
-// version, and hello's localTime. See docs/stores/mongo.md.
 //
 // # URL
 //
@@ -21,52 +17,57 @@
 // The URL is the driver's connection string: credentials, authSource,
 // tls, replicaSet, timeouts, w, readPreference… all apply. The path names
 // the database (default "baton"); the option collection= names the
-// collection (default "baton_locks"). A store opened from a URL owns its
-// connection; Close disconnects it.
+// collection (default "baton_locks"), poll= the waiters' poll on a
+// deployment without change streams (default 50ms). A store opened from a
+// URL owns its connection; Close disconnects it.
 //
 // # Documents
 //
-// Every request of an owner for a name (a hold, or a place in the queue)
-// is one document of its own. The required index is unique on (name,
-// ticket); two more serve owner groups and purges ([Indexes]). They are
-// created if missing by [Open] and before a Store's first acquire
-// ([Store.CreateIndexes]). Released documents become tombstones, deleted
-// after a second unless within 16 tickets of the name's highest, which
-// stays for good. On FerretDB every query other than by _id scans the
-// collection: keep one collection for locks only.
+// One document per lock name, its _id: the name's fencing counter, its
+// holders and its FIFO queue, and a random version that every write
+// changes. A name's document stays when the name is idle (about 100
+// bytes), so that its tokens never repeat. One index besides _id's
+// ([Indexes]) serves listings and purges; [Open] and a Store's first call
+// create it.
 //
 // # Guarantees and limits
 //
-// A newcomer inserts its document with the name's next ticket; the unique
-// index makes that insert fail if anyone took the ticket meanwhile, so
-// every decision sees every request before it. The ticket is the fencing
-// token: strictly increasing per name. See docs/stores/mongo.md#tickets-mutual-exclusion-from-unique-inserts.
+// Every decision is one write to the name's document, judged by the
+// server's clock ($$NOW), never a client's:
+//   - an exclusive acquire, and a release of a live hold, are decided on
+//     the server by one pipeline update (findAndModify) that grants, queues
+//     or releases as baton's rules say;
+//   - anything else (shared modes, limits, renewals, purges) reads the
+//     document with the server's time, applies baton's rules, and writes it
+//     back only if its version is unchanged.
 //
-// No decision compares two machines' clocks: a waiter takes over a hold
-// only after seeing it unchanged for its TTL, plus 2% and 5ms, on its own
-// monotonic clock, so TryLock against a dead holder fails, and Lock waits,
-// until then. Status and Purge judge expiry by the server's clock. See
-// docs/stores/mongo.md#expiry-the-holders-observation.
-//
-// On FerretDB, whose updates are not atomic, a renewal or re-acquire of a
-// hold through a store that did not write its current version
-// (RenewOwner, or a chosen Owner used from another process) can race with
-// a takeover of a hold that had already expired; on MongoDB it cannot. See
-// docs/stores/mongo.md#renewals-on-servers-whose-updates-are-not-atomic.
+// Tokens are strictly increasing per name for the life of the collection.
+// A holder that stopped renewing is taken over as soon as its TTL has run
+// out by the server's clock.
 //
 // Writes use majority write concern (Options.WriteConcern or the URL's w=
-// change it) and reads majority read concern from the primary, so a grant
-// survives a replica-set failover; with w=1 a failover can lose a grant or
-// repeat a token. Failover has not been tested.
+// change it), and listings majority read concern, from the primary: a
+// grant acknowledged to a holder survives a replica-set failover, and a
+// stepdown during a hold never yields two holders (tested on a
+// three-member set). With w=1 a failover can lose a grant or repeat a
+// token.
 //
-// Waiters poll the name's documents every 10 to 50ms; only the head of the
-// queue tries again.
+// Waiters are woken by a change stream, one per Store, open while someone
+// waits (and a second after): it reports the writes that let a holder or
+// queue entry go, and wakes only the waiter at the head of the queue. A
+// standalone server has neither change streams nor majority reads: its
+// waiters read the document every Options.Poll (the suite runs on one
+// too), and a grant survives only as long as that server's disk.
+//
+// FerretDB is refused at Open (and at a New store's first call): its
+// updates are not atomic, so a conditional write could lose to a
+// concurrent one. See docs/stores/mongo.md.
 //
 // # Migrating from square/mongo-lock
 //
 //	mongo-lock                                  baton
 //	lock.NewClient(col)                         batonmongo.New over your *mongo.Client, with Options{Database, Collection}; baton.New(store, nil)
-//	c.CreateIndexes(ctx)                        store.CreateIndexes(ctx) (Open and the first acquire do it)
+//	c.CreateIndexes(ctx)                        store.CreateIndexes(ctx) (Open and the first call do it)
 //	c.XLock(ctx, res, lockId, LockDetails{TTL}) client.TryLock(ctx, res, &baton.LockOptions{Owner: lockId, TTL: ttl}) (or Lock to wait)
 //	c.SLock(ctx, res, lockId, ld, -1)           client.TryLock(ctx, res, &baton.LockOptions{Owner: lockId, Shared: true})
 //	c.SLock(ctx, res, lockId, ld, n)            client.TryLock(ctx, res, &baton.LockOptions{Owner: lockId, Limit: n})
@@ -81,7 +82,9 @@
 //	ErrAlreadyLocked                            baton.ErrLocked
 //
 // Differences: every lock has a TTL (baton keeps it alive until
-// released); mongo-lock's lockId is baton's Owner; baton hands out a
-// fencing token per grant and waits in FIFO order; the documents are not
-// mongo-lock's, so the two cannot share a collection.
+// released) judged by the server's clock, where mongo-lock compares
+// expiry with the acquiring client's clock; mongo-lock's lockId is
+// baton's Owner; baton hands out a fencing token per grant and waits in
+// FIFO order; the documents are not mongo-lock's, so the two cannot share
+// a collection.
 package mongo

@@ -22,10 +22,7 @@ import (
 // collections, named after it.
 var collection = fmt.Sprintf("batontest_%08x", rand.Uint32())
 
-// caseCollection is the collection of one conformance case: FerretDB
-// scans the whole collection for every query not by _id, so a case
-// sharing one with every earlier case's leftovers would run slower the
-// later it comes.
+// caseCollection is the collection of one conformance case.
 func caseCollection(t testing.TB) string {
 	h := fnv.New32a()
 	h.Write([]byte(t.Name()))
@@ -93,31 +90,16 @@ func TestConformance(t *testing.T) {
 func conformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Config{
 		Open: func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },
-		// FerretDB's writes take milliseconds and its queries scan: the
-		// contention cases run near 10 s when the whole suite shares the
-		// machine.
-		Slow: 2,
 	})
 }
 
-// TestConformanceSlowInserts runs the suite with every insert taken as
-// slow, so that each one is checked against the name's highest ticket
-// instead of trusted on time.
-func TestConformanceSlowInserts(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		defer batonmongo.SetStaleInsert(0, nil)()
-		conformance(t)
-	})
-}
-
-// TestModel checks the store's rules against lockstate's.
+// TestModel checks the store against lockstate's rules, through its
+// documents.
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		drivertest.Model(t, drivertest.ModelConfig{
-			Open: func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },
-			// A queued request asking in another mode is dropped and asks
-			// anew: each owner keeps its mode.
-			FixedModes: true, Steps: 300,
+			Open:  func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },
+			Steps: 300,
 		})
 	})
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/drivertest"
@@ -17,7 +20,7 @@ func TestIndexes(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		ctx := ctxFor(t, 30*time.Second)
 		s := open(t)
-		// Existing indexes are skipped, whatever the server.
+		// Existing indexes are skipped.
 		for i := 0; i < 2; i++ {
 			if err := s.CreateIndexes(ctx); err != nil {
 				t.Fatalf("CreateIndexes (%d): %v", i, err)
@@ -30,9 +33,6 @@ func TestIndexes(t *testing.T) {
 		have := map[string]bool{}
 		for _, sp := range specs {
 			have[sp.Name] = true
-			if sp.Name == "baton_name_ticket" && (sp.Unique == nil || !*sp.Unique) {
-				t.Errorf("the (name, ticket) index is not unique")
-			}
 		}
 		for _, ix := range batonmongo.Indexes() {
 			if !have[ix.Name] {
@@ -86,43 +86,28 @@ func TestOpenURL(t *testing.T) {
 	})
 }
 
-// A takeover is refused when the holder renewed since it was observed:
-// the versioned filter makes the two exclusive.
-func TestRenewBeatsTakeover(t *testing.T) {
+// A holder that stopped renewing is judged by the server's clock: a store
+// that never saw it takes the name over as soon as the hold's TTL has run
+// out, with a larger token, and the old holder's renewal then fails.
+func TestExpiryByServerTime(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		ctx := ctxFor(t, 30*time.Second)
-		holder, waiter := open(t), open(t)
-		n := "renew-beats/" + collection
-		ttl := 300 * time.Millisecond
+		holder := open(t)
+		n := "expiry/" + collection
+		ttl := 500 * time.Millisecond
 		g, err := holder.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w := &driver.Request{Name: n, Owner: "w", Mode: driver.Exclusive, TTL: ttl}
-		if _, err := waiter.Acquire(ctx, w); !errors.Is(err, driver.ErrNotGranted) {
-			t.Fatalf("waiter: %v, want ErrNotGranted", err)
+		if _, err := open(t).Acquire(ctx, w); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("while held: %v, want ErrNotGranted", err)
 		}
-		// The holder renews every TTL/3 while the waiter keeps looking: the
-		// waiter never takes over.
-		for i := 0; i < 9; i++ {
-			time.Sleep(ttl / 3)
-			gs, err := holder.Renew(ctx, []driver.Hold{{Name: n, Owner: "h", TTL: ttl}})
-			if err != nil || gs[0] == nil {
-				t.Fatalf("renew %d: %v %v", i, gs, err)
-			}
-			if _, err := waiter.Acquire(ctx, w); !errors.Is(err, driver.ErrNotGranted) {
-				t.Fatalf("waiter after renew %d: %v, want ErrNotGranted", i, err)
-			}
-		}
-		// The holder stops: after a TTL of seeing it unchanged, the waiter
-		// takes over with a larger token, and the holder's late renewal fails.
-		var wg *driver.Grant
-		for wg == nil {
-			time.Sleep(ttl / 5)
-			wg, err = waiter.Acquire(ctx, w)
-			if err != nil && !errors.Is(err, driver.ErrNotGranted) {
-				t.Fatal(err)
-			}
+		time.Sleep(time.Until(g.Expires) + 50*time.Millisecond)
+		fresh := open(t) // has never read the name
+		wg, err := fresh.Acquire(ctx, w)
+		if err != nil {
+			t.Fatalf("right after the TTL, a fresh store: %v", err)
 		}
 		if wg.Token <= g.Token {
 			t.Errorf("takeover token %d not above %d", wg.Token, g.Token)
@@ -130,6 +115,32 @@ func TestRenewBeatsTakeover(t *testing.T) {
 		if gs, err := holder.Renew(ctx, []driver.Hold{{Name: n, Owner: "h", TTL: ttl}}); err != nil || gs[0] != nil {
 			t.Errorf("late renew = %v, %v; want nil", gs, err)
 		}
-		waiter.Release(ctx, []driver.Key{{Name: n, Owner: "w"}})
+		fresh.Release(ctx, []driver.Key{{Name: n, Owner: "w"}})
+	})
+}
+
+// The store refuses FerretDB, whose updates are not atomic, with an error
+// that says so, at Open and at a New store's first call.
+func TestRefusesFerretDB(t *testing.T) {
+	drivertest.EachServer(t, "BATON_TEST_FERRETDB", func(t *testing.T, srv drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		_, err := batonmongo.Open(ctx, srv.URL, nil)
+		if err == nil || !strings.Contains(err.Error(), "FerretDB") || !strings.Contains(err.Error(), "not atomic") {
+			t.Fatalf("Open on FerretDB: %v, want a refusal naming FerretDB", err)
+		}
+		mc, err := mongo.Connect(options.Client().ApplyURI(srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mc.Disconnect(ctx)
+		s, err := batonmongo.New(mc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		_, err = s.Acquire(ctx, &driver.Request{Name: "x", Owner: "o", Mode: driver.Exclusive, TTL: time.Second})
+		if err == nil || !strings.Contains(err.Error(), "FerretDB") {
+			t.Fatalf("Acquire through New on FerretDB: %v, want a refusal naming FerretDB", err)
+		}
 	})
 }

@@ -2,74 +2,256 @@ package mongo
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/baton-go/baton/driver"
 )
 
-// Watch polls.
-const (
-	watchMin = 10 * time.Millisecond
-	watchMax = 50 * time.Millisecond
-)
+// stream is the Store's one change stream on its collection, opened by a
+// waiter and closed when no one has waited for a second (an open stream
+// costs the server work for every write it reports). It reports only the writes that let a
+// holder or queue entry go (the documents' fr field) and, for each, the
+// first live entry of the name's queue: only that waiter is woken, unless
+// it is shared (then every waiter of the name is, as several may be
+// granted) or there is none.
+type stream struct {
+	d *docs
 
-// Watch implements driver.Waiter by polling: FerretDB has no change
-// streams. Wait reads the name's live entries (a small indexed query,
-// projected) every few milliseconds, and returns as soon as the grant
-// rules would let the request in, or its queue entry is gone: only the
-// waiter at the head of the queue wakes, not the herd. Expiry of a
-// blocking entry is no change Wait sees; baton waits for it on its own
-// (driver.Busy.After).
+	mu      sync.Mutex
+	running bool
+	none    bool // the deployment has no change streams: waiters poll
+	subs    map[string]map[*sub]struct{}
+	used    time.Time // when a waiter last subscribed
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the streams' goroutines
+}
+
+// idleStream is how long a stream stays open without waiters.
+const idleStream = time.Second
+
+// sub is one waiter's subscription; head is set when it was woken as the
+// head of the queue.
+type sub struct {
+	owner string
+	ch    chan struct{}
+	head  bool
+}
+
+// events is the change stream's pipeline: writes that freed an entry, with
+// the first live queue entry of the document (looked up for updates),
+// deletes, and the events that end a stream.
+var events = mongo.Pipeline{
+	{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "operationType", Value: "update"}, {Key: "updateDescription.updatedFields.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "operationType", Value: bson.D{{Key: "$nin", Value: bson.A{"replace", "insert", "update"}}}}},
+	}}}}},
+	{{Key: "$project", Value: bson.D{
+		{Key: "documentKey", Value: 1}, {Key: "operationType", Value: 1},
+		{Key: "head", Value: bson.D{{Key: "$arrayElemAt", Value: bson.A{live("$fullDocument.q", nil), 0}}}},
+	}}},
+}
+
+// Watch implements driver.Waiter: a waiter is woken by the change stream
+// (only the head of the queue, see stream), and on a deployment without
+// change streams every Options.Poll.
 func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
-	return &watch{s: s, req: req}, nil
+	if err := s.d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	w := &watch{d: s.d, key: driver.Key{Name: req.Name, Owner: req.Owner}}
+	if err := w.subscribe(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 type watch struct {
-	s   *Store
-	req *driver.Request
+	d   *docs
+	key driver.Key
+	sub *sub // nil when waiters poll
 }
 
-// ready reads the name and reports whether an attempt may now succeed.
-func (w *watch) ready(ctx context.Context) (bool, error) {
-	cur, err := w.s.coll.Find(ctx, bson.D{{Key: "n", Value: w.req.Name}, {Key: "x", Value: false}},
-		options.Find().SetProjection(bson.D{{Key: "o", Value: 1}, {Key: "t", Value: 1}, {Key: "m", Value: 1}, {Key: "g", Value: 1}}))
-	if err != nil {
-		return false, err
-	}
-	var es []entry
-	if err := cur.All(ctx, &es); err != nil {
-		return false, err
-	}
-	var mine int64
-	for _, e := range es {
-		if e.Owner == w.req.Owner && (mine == 0 || e.Ticket < mine) {
-			mine = e.Ticket
-		}
-	}
-	return mine == 0 || grantable(w.req, es, mine), nil
+func (w *watch) subscribe(ctx context.Context) error {
+	x, err := w.d.stream.subscribe(ctx, w.key)
+	w.sub = x
+	return err
 }
 
 // Wait implements driver.Watch.
 func (w *watch) Wait(ctx context.Context) error {
-	d := watchMin
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		if ok, err := w.ready(ctx); ok || err != nil {
-			return err
-		}
-		t.Reset(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		d = min(d*3/2, watchMax)
+	if w.sub == nil {
+		return driver.Sleep(ctx, w.d.poll)
 	}
+	select {
+	case <-w.sub.ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if w.sub.head {
+		w.d.setHead(w.key)
+	}
+	// Subscribe again before the caller tries, so that no write after its
+	// try goes unreported. Failing that, the waiter polls.
+	w.d.stream.unsubscribe(w.key.Name, w.sub)
+	if err := w.subscribe(ctx); err != nil {
+		w.sub = nil
+	}
+	return nil
 }
 
 // Close implements driver.Watch.
-func (w *watch) Close() error { return nil }
+func (w *watch) Close() error {
+	if w.sub != nil {
+		w.d.stream.unsubscribe(w.key.Name, w.sub)
+	}
+	return nil
+}
+
+// subscribe returns a subscription for k, opening the stream if needed;
+// nil when the deployment has no change streams.
+func (s *stream) subscribe(ctx context.Context, k driver.Key) (*sub, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.d.closed.Load() {
+		return nil, ErrClosed
+	}
+	if !s.running && !s.none {
+		if err := s.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.none {
+		return nil, nil
+	}
+	s.used = time.Now()
+	x := &sub{owner: k.Owner, ch: make(chan struct{})}
+	if s.subs == nil {
+		s.subs = map[string]map[*sub]struct{}{}
+	}
+	if s.subs[k.Name] == nil {
+		s.subs[k.Name] = map[*sub]struct{}{}
+	}
+	s.subs[k.Name][x] = struct{}{}
+	return x, nil
+}
+
+func (s *stream) unsubscribe(name string, x *sub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.subs[name]; m != nil {
+		delete(m, x)
+		if len(m) == 0 {
+			delete(s.subs, name)
+		}
+	}
+}
+
+// start opens the change stream: when it returns, every later write is
+// reported. s.mu is held.
+func (s *stream) start(ctx context.Context) error {
+	cs, err := s.d.coll.Watch(ctx, events, options.ChangeStream().
+		SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(time.Second))
+	if err != nil {
+		var ce mongo.CommandError
+		// 40573: "The $changeStream stage is only supported on replica sets".
+		if errors.As(err, &ce) && ce.Code == 40573 {
+			s.none = true
+			return nil
+		}
+		return err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s.running, s.cancel = true, cancel
+	s.wg.Add(1)
+	go s.run(sctx, cs)
+	return nil
+}
+
+func (s *stream) run(ctx context.Context, cs *mongo.ChangeStream) {
+	defer s.wg.Done()
+	defer cs.Close(context.Background())
+	for {
+		if !cs.TryNext(ctx) {
+			if cs.Err() != nil || cs.ID() == 0 {
+				break
+			}
+			s.mu.Lock()
+			idle := len(s.subs) == 0 && time.Since(s.used) > idleStream
+			if idle {
+				s.running = false
+			}
+			s.mu.Unlock()
+			if idle {
+				return
+			}
+			continue
+		}
+		var ev struct {
+			Op  string `bson:"operationType"`
+			Key struct {
+				ID string `bson:"_id"`
+			} `bson:"documentKey"`
+			Head *entry `bson:"head"`
+		}
+		if err := cs.Decode(&ev); err != nil || ev.Op != "replace" && ev.Op != "update" && ev.Op != "delete" {
+			break // a drop, a rename, an invalidate: the stream ends
+		}
+		s.wake(ev.Key.ID, ev.Head)
+	}
+	// The stream ended (an error, a failover the driver could not resume,
+	// Close): wake every waiter, and let the next one open a new stream.
+	s.mu.Lock()
+	s.running = false
+	for name, m := range s.subs {
+		for x := range m {
+			close(x.ch)
+		}
+		delete(s.subs, name)
+	}
+	s.mu.Unlock()
+}
+
+// wake wakes the waiters of name: the head of its queue only, if it is
+// exclusive and waits here; else all of them.
+func (s *stream) wake(name string, head *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.subs[name]
+	if head != nil && driver.Mode(head.Mode) == driver.Exclusive {
+		for x := range m {
+			if x.owner == head.Owner {
+				x.head = true
+				close(x.ch)
+				delete(m, x)
+				return
+			}
+		}
+		if len(m) > 0 {
+			// The head waits in another process; wake no one here.
+			return
+		}
+	}
+	for x := range m {
+		close(x.ch)
+	}
+	delete(s.subs, name)
+}
+
+// close stops the stream and waits for its goroutines. The store is
+// closed already: no stream starts after this.
+func (s *stream) close() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}

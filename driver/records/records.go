@@ -105,17 +105,30 @@ func (s *Store) Records() Records { return s.r }
 // freed wakes this process's waiters of names whose state let an entry go,
 // and remembers when, for a watch that begins just after (Replay).
 func (s *Store) freed(names []string, sts []*lockstate.State) {
+	var gone []string
+	for i, st := range sts {
+		if st != nil && st.Freed {
+			gone = append(gone, names[i])
+		}
+	}
+	s.Freed(gone...)
+}
+
+// Freed wakes this process's waiters of names, for a store that changed
+// their records outside Update (a decision made on the server) and let an
+// entry go.
+func (s *Store) Freed(names ...string) {
+	if len(names) == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	for i, st := range sts {
-		if st == nil || !st.Freed {
-			continue
-		}
-		g := s.names[names[i]]
+	for _, name := range names {
+		g := s.names[name]
 		if g == nil {
 			g = &gen{ch: make(chan struct{})}
-			s.names[names[i]] = g
+			s.names[name] = g
 			s.prune(now)
 		} else {
 			close(g.ch)

