@@ -1,5 +1,12 @@
 package sqlite
 
+import (
+	"context"
+	"time"
+
+	"github.com/baton-go/baton/driver/lockstate"
+)
+
 // Test hooks.
 
 // SetBootID makes s act as if the machine were in boot id.
@@ -31,4 +38,23 @@ func SetBoot(id string) (restore func()) {
 	old := bootID
 	bootID = func() (string, error) { return id, nil }
 	return func() { bootID = old }
+}
+
+// SetCounter sets the fencing counter of name (its last token) to seq.
+func SetCounter(ctx context.Context, s *Store, name string, seq uint64) error {
+	return s.db.Update(ctx, []string{name}, func(_ int, st *lockstate.State, _ time.Time) error {
+		st.Seq, st.Dirty = seq, true
+		return nil
+	})
+}
+
+// Epoch is the epoch s hands out tokens in.
+func Epoch(s *Store) uint64 { return s.db.epoch.Load() }
+
+// AfterEpochRaise sets a function to run after the flushed commit that
+// records a raised epoch; it returns a function that restores the last.
+func AfterEpochRaise(f func()) (restore func()) {
+	old := afterEpochRaise
+	afterEpochRaise = f
+	return func() { afterEpochRaise = old }
 }

@@ -57,7 +57,8 @@
 // process loses nothing; a power loss or a crash of the machine may lose
 // the last commits, but every holder died with the machine, and each boot
 // starts a new epoch, in the high half of its tokens, with a flushed
-// commit, so tokens stay above every token handed out before. On other
+// commit (as does a name's counter that reaches its epoch's 2^32 tokens),
+// so tokens stay above every token handed out before. On other
 // systems every commit is flushed. Both hold on storage that honours
 // fsync. Why: docs/stores/sqlite.md#durability.
 //
@@ -142,8 +143,8 @@ type db struct {
 	table string
 	busy  time.Duration
 	sh    *shared
-	boot  string // id of the current boot ("" outside Linux)
-	epoch uint64 // this boot's epoch, the high half of its tokens (0 outside Linux)
+	boot  string        // id of the current boot ("" outside Linux)
+	epoch atomic.Uint64 // this boot's epoch, the high half of its tokens (0 outside Linux)
 
 	qGet, qNamed, qUpsert, qPrefix string
 
@@ -341,12 +342,54 @@ type epochRow struct {
 // startEpoch reads this boot's epoch, starting it with a flushed commit if
 // the table was last used in another boot.
 func (d *db) startEpoch(ctx context.Context) error {
+	return d.flushedEpoch(ctx, func(e *epochRow, found bool) bool {
+		if found && e.Boot == d.boot {
+			return false
+		}
+		// A boot, first time: the file may have lost the last commits of
+		// the one before, counters included. A new epoch, durably, before
+		// any grant. Epoch 0 is the first boot of a new file, or of one
+		// that versions flushing every commit wrote.
+		if found {
+			e.Epoch++
+		}
+		e.Boot = d.boot
+		return true
+	})
+}
+
+// raiseEpoch records, with a flushed commit, that this boot hands out
+// tokens of epoch at least h: a name's counter went past its epoch's 2^32
+// tokens. The next boot then starts above h, so that tokens stay above
+// every token handed out before even if the commits that handed them out
+// are lost.
+func (d *db) raiseEpoch(ctx context.Context, h uint64) error {
+	err := d.flushedEpoch(ctx, func(e *epochRow, found bool) bool {
+		if found && e.Epoch >= h {
+			return false
+		}
+		e.Epoch, e.Boot = h, d.boot
+		return true
+	})
+	if err == nil && afterEpochRaise != nil {
+		afterEpochRaise()
+	}
+	return err
+}
+
+// afterEpochRaise, set by a test, runs after raiseEpoch's flushed commit.
+var afterEpochRaise func()
+
+// flushedEpoch reads the epoch row, lets change decide whether to write it
+// back changed, and does so with a flushed commit; d.epoch is then the
+// row's epoch, or d.epoch if larger.
+func (d *db) flushedEpoch(ctx context.Context, change func(e *epochRow, found bool) bool) error {
 	conn, err := d.sql.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	// A flushed commit, should it start an epoch (set outside a transaction).
+	// A flushed commit, should it write (set outside a transaction).
 	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
 		return err
 	}
@@ -366,26 +409,16 @@ func (d *db) startEpoch(ctx context.Context) error {
 			return fmt.Errorf("row \"\" of table %q holds an invalid epoch: %w", d.table, err)
 		}
 	}
-	if found && e.Boot == d.boot {
-		d.epoch = e.Epoch
-		return tx.Commit()
-	}
-	// A boot, first time: the file may have lost the last commits of the
-	// one before, counters included. A new epoch, durably, before any
-	// grant. Epoch 0 is the first boot of a new file, or of one that
-	// versions flushing every commit wrote.
-	e = epochRow{Epoch: e.Epoch, Boot: d.boot}
-	if found {
-		e.Epoch++
-	}
-	b, _ := json.Marshal(&e)
-	if _, err := tx.ExecContext(ctx, d.qUpsert, "", string(b)); err != nil {
-		return err
+	if change(&e, found) {
+		b, _ := json.Marshal(&e)
+		if _, err := tx.ExecContext(ctx, d.qUpsert, "", string(b)); err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	d.epoch = e.Epoch
+	d.epoch.Store(max(d.epoch.Load(), e.Epoch))
 	return nil
 }
 
@@ -512,8 +545,8 @@ func (d *db) decode(name string, data []byte, c *clock) (*record, error) {
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, d.table, err)
 	}
-	if r.Epoch < d.epoch {
-		r.Seq, r.Epoch = max(r.Seq, d.epoch<<32), d.epoch
+	if epoch := d.epoch.Load(); r.Epoch < epoch {
+		r.Seq, r.Epoch = max(r.Seq, epoch<<32), epoch
 	}
 	if r.Idle() || !d.stale(r, c.now) {
 		return r, nil
@@ -583,8 +616,29 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 		return fmt.Errorf("sqlite: %w", err)
 	}
 	defer d.sh.unlockWrite()
+	for {
+		raise, err := d.update(ctx, names, fn)
+		if err == nil && raise > 0 {
+			// A counter went past its epoch: record the epoch, then decide
+			// anew in it.
+			if err = d.raiseEpoch(ctx, raise); err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return d.opErr(err)
+		}
+		return nil
+	}
+}
+
+// update is one attempt of Update, in one transaction. It writes nothing
+// and returns the epoch to record first when a counter would pass into a
+// later epoch than d.epoch.
+func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) (raise uint64, err error) {
 	changed := false
-	err := d.retry(ctx, func() error {
+	err = d.retry(ctx, func() error {
+		raise = 0
 		tx, err := d.sql.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -599,7 +653,8 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 			}
 			// A name without a row starts in this epoch: the row may have
 			// been lost with the last commits of an earlier boot.
-			r := &record{Epoch: d.epoch, State: lockstate.State{Seq: d.epoch << 32}}
+			epoch := d.epoch.Load()
+			r := &record{Epoch: epoch, State: lockstate.State{Seq: epoch << 32}}
 			data, found, err := get(ctx, tx, d.qGet, n)
 			if err != nil {
 				return err
@@ -617,6 +672,14 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 		}
 		if !dirty {
 			return nil
+		}
+		for _, r := range rs {
+			if h := r.Seq >> 32; r.Dirty && d.boot != "" && h > d.epoch.Load() {
+				raise = max(raise, h)
+			}
+		}
+		if raise > 0 {
+			return nil // rolled back: the epoch first
 		}
 		for i, r := range rs {
 			if !r.Dirty {
@@ -640,10 +703,7 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 		d.sh.broadcast()
 		d.sh.ring()
 	}
-	if err != nil {
-		return d.opErr(err)
-	}
-	return nil
+	return raise, err
 }
 
 func (d *db) opErr(err error) error {

@@ -690,3 +690,71 @@ func TestTokensAfterLostCommits(t *testing.T) {
 		}
 	}
 }
+
+// A name's counter that reaches the end of its epoch's 2^32 tokens moves
+// the file to the next epoch with a flushed commit before it hands out a
+// token of that range: a power loss that takes the commits of those grants
+// then still leaves the next boot's tokens above them.
+func TestCounterPastItsEpoch(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "locks.db")
+	restore := sqlite.SetBoot("boot-1")
+	grant := func(s *sqlite.Store) uint64 {
+		t.Helper()
+		g, err := s.Acquire(ctx, &driver.Request{Name: "hot", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Release(ctx, []driver.Key{{Name: "hot", Owner: "o"}}); err != nil {
+			t.Fatal(err)
+		}
+		return g.Token
+	}
+	s, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sqlite.Epoch(s)
+	if err := sqlite.SetCounter(ctx, s, "hot", (e+1)<<32-1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // the last connection checkpoints the WAL into the file
+	// What the disk holds for sure: the file now, or, once the epoch is
+	// raised, the file and WAL just after that flushed commit.
+	read := func() map[string][]byte {
+		files := map[string][]byte{}
+		for _, f := range []string{path, path + "-wal"} {
+			if b, err := os.ReadFile(f); err == nil {
+				files[f] = b
+			}
+		}
+		return files
+	}
+	durable := read()
+	defer sqlite.AfterEpochRaise(func() { durable = read() })()
+	s, err = sqlite.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := max(grant(s), grant(s)) // tokens of the next epoch's range
+	if lost < (e+1)<<32 {
+		t.Fatalf("token %#x: the counter did not pass its epoch", lost)
+	}
+	s.Close()
+	restore()
+	// The power loss: only what was flushed is left.
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		os.Remove(f)
+	}
+	for f, b := range durable {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer sqlite.SetBoot("boot-2")()
+	s = open(t, path, nil)
+	if got := grant(s); got <= lost {
+		t.Errorf("token %#x after the reboot, not above %#x, handed out before the power loss", got, lost)
+	}
+}
