@@ -170,12 +170,13 @@ func (s *stream) start(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(context.Background())
 	s.running, s.cancel = true, cancel
 	s.wg.Add(1)
-	go s.run(sctx, cs)
+	go s.run(sctx, cancel, cs)
 	return nil
 }
 
-func (s *stream) run(ctx context.Context, cs *mongo.ChangeStream) {
+func (s *stream) run(ctx context.Context, cancel context.CancelFunc, cs *mongo.ChangeStream) {
 	defer s.wg.Done()
+	defer cancel()
 	defer cs.Close(context.Background())
 	for {
 		if !cs.TryNext(ctx) {
