@@ -194,7 +194,8 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 // releaseHeld releases each key whose owner holds its name, live by the
 // server's clock, dropping the name's expired entries as lockstate's
 // Release does; it reports which it released. The others (an expired
-// hold, a queue entry) go the general way.
+// hold, a queue entry) go the general way. The keys' names are distinct:
+// each write's version tells whether it was the one that matched.
 func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, error) {
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
@@ -245,21 +246,9 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 	for i, k := range keys {
 		names[i] = k.Name
 	}
-	cur, err := d.latest.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
-		options.Find().SetProjection(bson.D{{Key: "v", Value: 1}}))
+	have, err := d.versions(ctx, names)
 	if err != nil {
 		return nil, d.opErr(err)
-	}
-	var vs []struct {
-		Name string `bson:"_id"`
-		Ver  int64  `bson:"v"`
-	}
-	if err := cur.All(ctx, &vs); err != nil {
-		return nil, d.opErr(err)
-	}
-	have := map[string]int64{}
-	for _, v := range vs {
-		have[v.Name] = v.Ver
 	}
 	for i, k := range keys {
 		out[i] = have[k.Name] == vers[i]
@@ -364,17 +353,33 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 		s.d.setQueued(k, false)
 		s.d.takeHead(k)
 	}
-	out, err := s.d.releaseHeld(ctx, keys)
+	// The first key of each name goes to the server; a second key of a
+	// name (two shared holds) goes the general way.
+	var first []driver.Key
+	var firstAt []int
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if !seen[k.Name] {
+			seen[k.Name] = true
+			first = append(first, k)
+			firstAt = append(firstAt, i)
+		}
+	}
+	fast, err := s.d.releaseHeld(ctx, first)
 	if err != nil {
 		return nil, err
 	}
+	out := make([]bool, len(keys))
+	for j, i := range firstAt {
+		out[i] = fast[j]
+	}
 	var done, rest []driver.Key
 	var at []int
-	for i, ok := range out {
-		if ok {
-			done = append(done, keys[i])
+	for i, k := range keys {
+		if out[i] {
+			done = append(done, k)
 		} else {
-			rest = append(rest, keys[i])
+			rest = append(rest, k)
 			at = append(at, i)
 		}
 	}

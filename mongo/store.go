@@ -356,21 +356,9 @@ func (d *docs) write(ctx context.Context, names []string, models []mongo.WriteMo
 				ids = append(ids, names[wrote[k]])
 			}
 		}
-		cur, err := d.latest.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-			options.Find().SetProjection(bson.D{{Key: "v", Value: 1}}))
+		have, err := d.versions(ctx, ids)
 		if err != nil {
 			return nil, err
-		}
-		var vs []struct {
-			Name string `bson:"_id"`
-			Ver  int64  `bson:"v"`
-		}
-		if err := cur.All(ctx, &vs); err != nil {
-			return nil, err
-		}
-		have := map[string]int64{}
-		for _, v := range vs {
-			have[v.Name] = v.Ver
 		}
 		for k, m := range models {
 			if _, ok := m.(*mongo.ReplaceOneModel); ok && have[names[wrote[k]]] != vers[k] {
@@ -385,6 +373,29 @@ func (d *docs) write(ctx context.Context, names []string, models []mongo.WriteMo
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// versions returns the current version of each document of names: a
+// bulk write, whose result counts only how many of its writes matched,
+// learns from them which did (each write sets a version of its own).
+func (d *docs) versions(ctx context.Context, names []string) (map[string]int64, error) {
+	cur, err := d.latest.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
+		options.Find().SetProjection(bson.D{{Key: "v", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	var vs []struct {
+		Name string `bson:"_id"`
+		Ver  int64  `bson:"v"`
+	}
+	if err := cur.All(ctx, &vs); err != nil {
+		return nil, err
+	}
+	have := make(map[string]int64, len(vs))
+	for _, v := range vs {
+		have[v.Name] = v.Ver
+	}
+	return have, nil
 }
 
 // Scan implements records.Records: one query, of the name's document, or

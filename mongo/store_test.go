@@ -144,3 +144,25 @@ func TestRefusesFerretDB(t *testing.T) {
 		}
 	})
 }
+
+// One release batch with two shared holds of one name and a key that
+// holds nothing: both holds are reported released.
+func TestReleaseBatchSameName(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t)
+		n, m := "batch/"+collection, "batch-none/"+collection
+		for _, o := range []string{"a", "b"} {
+			if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: o, Mode: driver.Shared, TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "a"}, {Name: n, Owner: "b"}, {Name: m, Owner: "c"}})
+		if err != nil || len(got) != 3 || !got[0] || !got[1] || got[2] {
+			t.Fatalf("Release = %v, %v; want [true true false]", got, err)
+		}
+		if hs, err := s.List(ctx, &driver.Filter{Name: n}); err != nil || len(hs) != 0 {
+			t.Errorf("holders left: %v, %v", hs, err)
+		}
+	})
+}
