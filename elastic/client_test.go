@@ -42,6 +42,11 @@ func clientSuite(t *testing.T, c elastic.Transport) {
 		},
 		Slow:       slow,
 		Contenders: 3,
+		// The caller's client keeps its idle connections after Close.
+		IgnoreGoroutines: []string{
+			"net/http.(*persistConn).readLoop",
+			"net/http.(*persistConn).writeLoop",
+		},
 	})
 }
 
