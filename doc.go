@@ -24,8 +24,9 @@
 // that name; a resource that remembers the largest token it has seen and
 // refuses smaller ones is safe even then.
 //
-// Leases are kept alive by one goroutine per Client, which renews together
-// every lease that is due, in one call to the store per thousand leases, so
+// Leases are kept alive by one timer per Client: when it fires, one
+// goroutine renews together every lease that is due, in one call to the
+// store per thousand leases, and exits (nothing runs between renewals), so
 // keepalive cost grows with the number of round trips, not of leases, where
 // the store takes one request for many; renew times are aligned so that
 // leases taken at different times are renewed in the same rounds. Stores whose holds live in a store session

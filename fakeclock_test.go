@@ -19,9 +19,8 @@ type FakeClock struct {
 	now     time.Time
 	seq     uint64
 	pending map[*fakeTimer]struct{}
-	chans   map[*fakeTimer]struct{} // the pending timers with a channel
-	changed chan struct{}           // closed and replaced when the pending timers change
-	idle    []func() bool           // what Advance waits for after each timer it fires
+	changed chan struct{} // closed and replaced when the pending timers change
+	idle    []func() bool // what Advance waits for after each timer it fires
 }
 
 // NewFakeClock returns a fake clock at an arbitrary fixed time.
@@ -29,7 +28,6 @@ func NewFakeClock() *FakeClock {
 	return &FakeClock{
 		now:     time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		pending: map[*fakeTimer]struct{}{},
-		chans:   map[*fakeTimer]struct{}{},
 		changed: make(chan struct{}),
 	}
 }
@@ -45,15 +43,12 @@ func NewWithClock(store driver.Store, opts *Options, k *FakeClock) (*Client, err
 	return c, err
 }
 
-// keepaliveIdle reports whether c's keepalive goroutine has exited, or
-// sleeps on k until the first renew time with no wake-up pending.
-func (c *Client) keepaliveIdle(k *FakeClock) bool {
+// keepaliveIdle reports whether c's keepalive goroutine is not running
+// (the timer waits for the first renew time).
+func (c *Client) keepaliveIdle(*FakeClock) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.kaRunning {
-		return true
-	}
-	return len(c.slots) > 0 && len(c.kaWake) == 0 && k.armedAt(c.slots[0].at)
+	return !c.kaRunning
 }
 
 // fakeTimer is a timer (ch set), an AfterFunc (f set) or a ticker (period
@@ -162,14 +157,10 @@ func (k *FakeClock) armLocked(t *fakeTimer, at time.Time) {
 	k.seq++
 	t.at, t.seq = at, k.seq
 	k.pending[t] = struct{}{}
-	if t.ch != nil && t.period == 0 {
-		k.chans[t] = struct{}{}
-	}
 }
 
 func (k *FakeClock) removeLocked(t *fakeTimer) {
 	delete(k.pending, t)
-	delete(k.chans, t)
 }
 
 func (k *FakeClock) notifyLocked() {
@@ -268,19 +259,6 @@ func (k *FakeClock) BlockUntil(n int) {
 		defer k.mu.Unlock()
 		return len(k.pending) == n
 	})
-}
-
-// armedAt reports whether a timer with a channel (not an AfterFunc or a
-// ticker) is pending for at.
-func (k *FakeClock) armedAt(at time.Time) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for t := range k.chans {
-		if t.at.Equal(at) {
-			return true
-		}
-	}
-	return false
 }
 
 // waitFor waits, in real time, until cond holds: it is checked at each

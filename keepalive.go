@@ -8,8 +8,11 @@ import (
 	"github.com/baton-go/baton/driver"
 )
 
-// One goroutine per Client renews every lease that needs it. It runs only
-// while there are such leases, and sleeps until the first renew time.
+// One timer per Client waits for the first renew time; when it fires, one
+// goroutine renews every lease due, then arms the timer again and exits.
+// Between renewals nothing runs: taking and releasing a lock starts no
+// goroutine and wakes none, only (re)arms the timer when the new renew
+// time is the first.
 //
 // Renew times fall on a grid of a sixth of the TTL (see renewTime), so that
 // leases taken at different times share a renew time: a process holding
@@ -44,16 +47,11 @@ type slot struct {
 }
 
 // schedule queues each lease at its renew time (or moves it there), or
-// takes it out once it ended, and starts the keepalive goroutine, or wakes
-// it if the first renew time moved earlier. Leases that need no keepalive
-// are left alone.
+// takes it out once it ended, and arms the keepalive timer if the first
+// renew time moved earlier. Leases that need no keepalive are left alone.
 func (c *Client) schedule(ls ...*Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var first time.Time
-	if len(c.slots) > 0 {
-		first = c.slots[0].at
-	}
 	for _, l := range ls {
 		if !l.keepAlive || l.session != nil {
 			continue
@@ -79,15 +77,41 @@ func (c *Client) schedule(ls ...*Lease) {
 		l.slot, l.slotIdx = s, len(s.leases)
 		s.leases = append(s.leases, l)
 	}
-	switch {
-	case len(c.slots) == 0:
-	case !c.kaRunning:
-		c.kaRunning = true
-		c.wg.Add(1)
-		go c.keepalive()
-	case first.IsZero() || c.slots[0].at.Before(first):
-		c.wakeKeepalive()
+	if len(c.slots) > 0 && !c.kaRunning && (c.kaAt.IsZero() || c.slots[0].at.Before(c.kaAt)) {
+		c.arm(c.slots[0].at)
 	}
+}
+
+// arm sets the keepalive timer to fire at at. c.mu is held.
+func (c *Client) arm(at time.Time) {
+	c.kaAt = at
+	d := at.Sub(c.clock.Now())
+	if c.kaTimer == nil {
+		c.kaTimer = c.clock.AfterFunc(d, c.kaFire)
+	} else {
+		c.kaTimer.Reset(d)
+	}
+}
+
+// disarm stops the keepalive timer. c.mu is held.
+func (c *Client) disarm() {
+	if !c.kaAt.IsZero() {
+		c.kaTimer.Stop()
+		c.kaAt = time.Time{}
+	}
+}
+
+// kaFire starts the keepalive goroutine, unless one runs.
+func (c *Client) kaFire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kaAt = time.Time{}
+	if c.closed || c.kaRunning {
+		return
+	}
+	c.kaRunning = true
+	c.wg.Add(1)
+	go c.keepalive()
 }
 
 // unschedule takes l out of the keepalive queue for good. c.mu is held.
@@ -96,8 +120,8 @@ func (c *Client) unschedule(l *Lease) {
 		return
 	}
 	c.unqueue(l)
-	if len(c.slots) == 0 && c.kaRunning {
-		c.wakeKeepalive() // to exit now rather than at the old first renew time
+	if len(c.slots) == 0 {
+		c.disarm()
 	}
 }
 
@@ -119,55 +143,28 @@ func (c *Client) unqueue(l *Lease) {
 	}
 }
 
-// wakeKeepalive makes the keepalive goroutine look at the queue again. c.mu
-// is held.
-func (c *Client) wakeKeepalive() {
-	select {
-	case c.kaWake <- struct{}{}:
-	default:
-	}
-}
-
+// keepalive renews the leases due, batch after batch, until none is.
 func (c *Client) keepalive() {
 	defer c.wg.Done()
-	timer := c.clock.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
-		// A wake-up sent before due reads the queue tells it nothing new:
-		// drop it rather than go round again (renewBatch's own schedule
-		// sends one). A fake clock's tests need the goroutine to sleep only
-		// on the timer it has just set.
-		select {
-		case <-c.kaWake:
-		default:
-		}
-		batch, wait, ok := c.due()
+		batch, ok := c.due()
 		if !ok {
 			return
 		}
-		if len(batch) > 0 {
-			c.renewBatch(batch)
-			continue
-		}
-		timer.Reset(wait)
-		select {
-		case <-timer.C():
-		case <-c.kaWake:
-		case <-c.ctx.Done():
-		}
+		c.renewBatch(batch)
 	}
 }
 
 // due takes out of the queue up to maxBatch leases whose renew time has
-// come, or says how long to sleep until the first one's; ok is false when
-// the goroutine should exit (nothing to keep alive, or closed). Leases
-// taken out are in flight: renewBatch queues them again.
-func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
+// come. With none due it arms the timer for the first renew time and
+// reports false: the goroutine exits. Leases taken out are in flight:
+// renewBatch queues them again.
+func (c *Client) due() (batch []*Lease, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || len(c.slots) == 0 {
 		c.kaRunning = false
-		return nil, 0, false
+		return nil, false
 	}
 	now := c.clock.Now()
 	for len(c.slots) > 0 && len(batch) < maxBatch && !c.slots[0].at.After(now) {
@@ -185,9 +182,11 @@ func (c *Client) due() (batch []*Lease, wait time.Duration, ok bool) {
 		}
 	}
 	if len(batch) == 0 {
-		wait = c.slots[0].at.Sub(now)
+		c.kaRunning = false
+		c.arm(c.slots[0].at)
+		return nil, false
 	}
-	return batch, wait, true
+	return batch, true
 }
 
 // renewBatch renews batch (at most maxBatch leases) in one call and queues

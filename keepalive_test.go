@@ -323,3 +323,81 @@ func BenchmarkHoldMany(b *testing.B) {
 	}
 	b.ReportMetric(float64(time.Since(start))/float64(time.Millisecond), "close-ms")
 }
+
+// Between renewals nothing runs for keepalive: a timer waits for the first
+// renew time, and a goroutine renews only when it fires.
+func TestKeepaliveIdleBetweenRenewals(t *testing.T) {
+	ctx := context.Background()
+	opts := goleak.IgnoreCurrent()
+	k := baton.NewFakeClock()
+	r := newRecorder(k.Now)
+	c, err := baton.NewWithClock(r, nil, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Lock(ctx, "idle", &baton.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Settle()
+	goleak.VerifyNone(t, opts)
+	k.Advance(3 * time.Minute)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease ended: %v", err)
+	}
+	if renews, _ := r.calls(); len(renews) < 8 {
+		t.Errorf("%d renewals in 3 minutes of a 1-minute lease, want at least 8", len(renews))
+	}
+	goleak.VerifyNone(t, opts)
+}
+
+// releaseChecker is a mem store whose Release checks that each key's lease
+// has ended in the client before the store lets it go.
+type releaseChecker struct {
+	*mem.Store
+	mu       sync.Mutex
+	leases   map[string]*baton.Lease
+	released int
+	early    []string
+}
+
+func (r *releaseChecker) Release(ctx context.Context, ks []driver.Key) ([]bool, error) {
+	r.mu.Lock()
+	for _, k := range ks {
+		r.released++
+		if l := r.leases[k.Name]; l != nil && l.Err() == nil {
+			r.early = append(r.early, k.Name)
+		}
+	}
+	r.mu.Unlock()
+	return r.Store.Release(ctx, ks)
+}
+
+// Close tells each holder its lease ended before the lock is released in
+// the store, though it releases many leases in several calls at once.
+func TestCloseEndsLeasesBeforeReleasing(t *testing.T) {
+	ctx := context.Background()
+	const n = 4500
+	r := &releaseChecker{Store: mem.New(), leases: map[string]*baton.Lease{}}
+	c, err := baton.New(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		name := "c" + strconv.Itoa(i)
+		l, err := c.TryLock(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.leases[name] = l
+		r.mu.Unlock()
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r.released != n || len(r.early) > 0 {
+		t.Errorf("Close released %d of %d keys; %d while their lease was live here (%.5q)", r.released, n, len(r.early), r.early)
+	}
+}
