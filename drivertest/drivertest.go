@@ -48,9 +48,9 @@ type Config struct {
 	// session times out, instead of expiring in place. Such stores must
 	// implement Crasher and Partitioner.
 	SessionBound bool
-	// IgnoreGoroutines names the top functions of goroutines the store
-	// does not own, which may outlive Close: the idle connections of an
-	// HTTP client the caller passed in, say
+	// IgnoreGoroutines names functions on the stacks of goroutines the
+	// store does not own, which may outlive Close: the idle connections of
+	// an HTTP client the caller passed in, say
 	// ("net/http.(*persistConn).readLoop").
 	IgnoreGoroutines []string
 }
@@ -1197,7 +1197,7 @@ func (s *suite) oddNames(t *testing.T) {
 func (s *suite) noLeak(t *testing.T) {
 	opts := []goleak.Option{goleak.IgnoreCurrent()}
 	for _, f := range s.cfg.IgnoreGoroutines {
-		opts = append(opts, goleak.IgnoreTopFunction(f))
+		opts = append(opts, goleak.IgnoreAnyFunction(f))
 	}
 	func() {
 		ctx := s.ctx(t)
