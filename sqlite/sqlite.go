@@ -147,6 +147,7 @@ type db struct {
 	epoch atomic.Uint64 // this boot's epoch, the high half of its tokens (0 outside Linux)
 
 	qGet, qNamed, qUpsert, qPrefix string
+	qGetMany, qUpsertMany          string // the same for a batch, its rows as one JSON array
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,6 +216,10 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	d.qGet = `SELECT state FROM ` + q + ` WHERE name = ?`
 	d.qNamed = `SELECT name, state FROM ` + q + ` WHERE name = ?`
 	d.qUpsert = `INSERT INTO ` + q + ` (name, state) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET state = excluded.state`
+	// The driver compiles a statement each time it runs it: a batch of a thousand
+	// names costs two statements, not two thousand.
+	d.qGetMany = `SELECT name, state FROM ` + q + ` WHERE name IN (SELECT value FROM json_each(?))`
+	d.qUpsertMany = `INSERT INTO ` + q + ` (name, state) SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?) WHERE true ON CONFLICT (name) DO UPDATE SET state = excluded.state`
 	// Rows of idle names ({"seq":N,"ticket":M}) have neither key.
 	active := `(state LIKE '%"holders":%' OR state LIKE '%"queue":%')`
 	d.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
@@ -645,6 +650,10 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		}
 		defer tx.Rollback()
 		c := d.clock()
+		rows, err := d.read(ctx, tx, names)
+		if err != nil {
+			return err
+		}
 		rs := make([]*record, len(names))
 		dirty := false
 		for i, n := range names {
@@ -655,10 +664,7 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 			// been lost with the last commits of an earlier boot.
 			epoch := d.epoch.Load()
 			r := &record{Epoch: epoch, State: lockstate.State{Seq: epoch << 32}}
-			data, found, err := get(ctx, tx, d.qGet, n)
-			if err != nil {
-				return err
-			}
+			data, found := rows[n]
 			if found {
 				if r, err = d.decode(n, data, &c); err != nil {
 					return err
@@ -681,6 +687,7 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		if raise > 0 {
 			return nil // rolled back: the epoch first
 		}
+		var writes [][2]string
 		for i, r := range rs {
 			if !r.Dirty {
 				continue
@@ -689,9 +696,10 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, d.qUpsert, names[i], string(data)); err != nil {
-				return err
-			}
+			writes = append(writes, [2]string{names[i], string(data)})
+		}
+		if err := d.write(ctx, tx, writes); err != nil {
+			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return err
@@ -704,6 +712,51 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		d.sh.ring()
 	}
 	return raise, err
+}
+
+// read returns the rows of names that exist, by name.
+func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][]byte, error) {
+	rows := make(map[string][]byte, len(names))
+	if len(names) == 1 {
+		data, found, err := get(ctx, tx, d.qGet, names[0])
+		if found {
+			rows[names[0]] = data
+		}
+		return rows, err
+	}
+	list, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := tx.QueryContext(ctx, d.qGetMany, string(list))
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var name string
+		var data []byte
+		if err := rs.Scan(&name, &data); err != nil {
+			return nil, err
+		}
+		rows[name] = data
+	}
+	return rows, rs.Err()
+}
+
+// write stores each (name, state) of writes; of a name written twice,
+// the last state stays.
+func (d *db) write(ctx context.Context, tx *sql.Tx, writes [][2]string) error {
+	if len(writes) == 1 {
+		_, err := tx.ExecContext(ctx, d.qUpsert, writes[0][0], writes[0][1])
+		return err
+	}
+	list, err := json.Marshal(writes)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, d.qUpsertMany, string(list))
+	return err
 }
 
 func (d *db) opErr(err error) error {
