@@ -84,6 +84,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	sqlite3 "modernc.org/sqlite"
 
@@ -723,6 +724,12 @@ func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][
 			rows[names[0]] = data
 		}
 		return rows, err
+	}
+	for _, n := range names {
+		if !utf8.ValidString(n) {
+			// JSON would change it, and miss its row.
+			return nil, fmt.Errorf("sqlite: lock name %q is not valid UTF-8", n)
+		}
 	}
 	list, err := json.Marshal(names)
 	if err != nil {

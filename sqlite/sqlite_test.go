@@ -814,6 +814,10 @@ func TestBatchRows(t *testing.T) {
 	if held[len(names)] || held[len(names)+1] {
 		t.Errorf("Release of %q again and of a name never held: %v", names[0], held[len(names):])
 	}
+	// The client refuses such names; the store must not let JSON change one.
+	if _, err := s.Release(ctx, []driver.Key{{Name: "a\xffb", Owner: "o"}, {Name: "c", Owner: "o"}}); err == nil {
+		t.Error("a batch with a name that is not UTF-8: no error")
+	}
 	for _, n := range names {
 		g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "p", Mode: 1, TTL: time.Minute})
 		if err != nil {
