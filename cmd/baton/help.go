@@ -112,6 +112,8 @@ The command gets these environment variables:
   BATON_TOKEN    the fencing token (decimal): larger than the token of every
                  earlier grant of NAME; pass it to what the lock protects,
                  which can refuse writes with a token smaller than one seen
+                 (over HTTP, as the Fencing-Token header: Go package
+                 github.com/baton-go/baton/fence checks it)
   BATON_OWNER    the owner id
   BATON_TTL      the lease length (a Go duration, e.g. 15s)
   BATON_MODE     exclusive or shared
@@ -145,6 +147,8 @@ Examples:
   baton run backups -n 2 --ttl 1m -- ./backup.sh /srv
   baton run --shared config -- ./read-config.sh
   baton run nightly -- sh -c 'echo "token $BATON_TOKEN"'
+  baton run nightly -- sh -c 'curl -fsS -X PUT -H "Fencing-Token: $BATON_TOKEN" \
+      --data-binary @report.csv https://reports.internal/nightly'
 
 `
 

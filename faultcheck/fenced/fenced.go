@@ -1,26 +1,8 @@
-// Package fenced is a write target that refuses stale fencing tokens: what
-// a resource protected by a baton lock should do.
-//
-// A lock alone cannot stop a holder that was paused (a long GC pause, a
-// SIGSTOP, a VM migration) past its lease: when it resumes it may still
-// believe it holds the lock, and act, while another holder has been
-// granted it. Every baton grant carries a fencing token, larger than the
-// token of every earlier grant of the name. A resource that remembers the
-// highest token it has accepted for a name, and refuses any write with a
-// smaller one, turns that late write into a rejected request instead of a
-// corrupted resource:
-//
-//	lease, err := client.Lock(ctx, "invoice-42", nil)
-//	...
-//	err = store.Write("invoice-42", lease.Token(), data) // refused if stale
-//
-// The resource must check and record the token atomically with the write
-// itself (one transaction, one compare-and-set, one mutex), as [Resource]
-// does. A token equal to the highest is accepted, so that one holder can
-// write many times under one grant.
-//
-// baton's fault harness (package faultcheck) runs a Resource and checks
-// its log: it is the judge of "no two exclusive holders at once".
+// Package fenced is the fault harness's write target: an in-memory
+// resource fenced by the fence kit (package fence), which logs every
+// write it decides. faultcheck runs one and checks its log: it is the
+// judge of "no two exclusive holders at once", so what the harness proves
+// of the stores, it proves with the kit users import.
 package fenced
 
 import (
@@ -30,13 +12,14 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"sync"
+
+	"github.com/baton-go/baton/fence"
 )
 
-// ErrStale is returned for a write whose token is smaller than the highest
-// token already accepted for its name.
-var ErrStale = errors.New("fenced: stale fencing token")
+// ErrStale is fence.ErrStale: the error for a write whose token is smaller
+// than the largest token already accepted for its name.
+var ErrStale = fence.ErrStale
 
 // Write is one write request, as the resource decided it.
 type Write struct {
@@ -45,34 +28,37 @@ type Write struct {
 	Token    uint64 // the writer's fencing token
 	Data     string
 	Accepted bool
-	Highest  uint64 // the highest token accepted for Name when it was decided
+	Highest  uint64 // the largest token accepted for Name when it was decided
 }
 
-// Resource is an in-memory write target guarded by fencing tokens. The
+// Resource is an in-memory write target fenced by a [fence.Guard]. The
 // zero value is ready to use; it is safe for concurrent use.
 type Resource struct {
-	mu      sync.Mutex
-	highest map[string]uint64
-	log     []Write
+	guard fence.Guard
+	mu    sync.Mutex
+	log   []Write
+	last  map[string]uint64 // the token of each name's last accepted write
 }
 
-// Write accepts data for name if token is at least the highest token
-// accepted for name so far, and returns ErrStale otherwise. Check and
-// write happen under one lock: that is the whole point.
+// Write accepts data for name if token is at least the largest token
+// accepted for name so far, and returns a *fence.StaleError otherwise.
 func (r *Resource) Write(name string, token uint64, data string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.highest == nil {
-		r.highest = map[string]uint64{}
+	err := r.guard.Do(context.Background(), name, token, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.last == nil {
+			r.last = map[string]uint64{}
+		}
+		r.log = append(r.log, Write{Seq: len(r.log), Name: name, Token: token, Data: data, Accepted: true, Highest: r.last[name]})
+		r.last[name] = token
+		return nil
+	})
+	if se := (*fence.StaleError)(nil); errors.As(err, &se) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.log = append(r.log, Write{Seq: len(r.log), Name: name, Token: token, Data: data, Highest: se.Highest})
 	}
-	h := r.highest[name]
-	w := Write{Seq: len(r.log), Name: name, Token: token, Data: data, Highest: h, Accepted: token >= h}
-	r.log = append(r.log, w)
-	if !w.Accepted {
-		return fmt.Errorf("%w: %d < %d for %q", ErrStale, token, h, name)
-	}
-	r.highest[name] = token
-	return nil
+	return err
 }
 
 // Log returns every write decided so far, in order.
@@ -82,44 +68,47 @@ func (r *Resource) Log() []Write {
 	return slices.Clone(r.log)
 }
 
-// ServeHTTP takes POST /write?name=N&token=T&data=D: 204 if accepted, 409
-// if the token is stale. It lets other processes write to the resource.
+// ServeHTTP takes POST /write?name=N&data=D with the writer's token in the
+// Fencing-Token header: 204 if accepted, 409 if the token is stale (see
+// fence.Refuse). It lets other processes write to the resource.
 func (r *Resource) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost || req.URL.Path != "/write" {
 		http.Error(w, "want POST /write", http.StatusNotFound)
 		return
 	}
-	q := req.URL.Query()
-	token, err := strconv.ParseUint(q.Get("token"), 10, 64)
-	if err != nil || q.Get("name") == "" {
-		http.Error(w, "want name and a numeric token", http.StatusBadRequest)
-		return
+	token, err := fence.TokenOf(req)
+	if err == nil && req.URL.Query().Get("name") == "" {
+		err = errors.New("want a name")
 	}
-	if err := r.Write(q.Get("name"), token, q.Get("data")); err != nil {
-		http.Error(w, err.Error(), http.StatusConflict)
+	if err == nil {
+		err = r.Write(req.URL.Query().Get("name"), token, req.URL.Query().Get("data"))
+	}
+	if err != nil {
+		fence.Refuse(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // Post writes to a Resource served over HTTP at base (http://host:port).
-// It returns ErrStale if the resource refused the token.
+// It returns a *fence.StaleError if the resource refused the token.
 func Post(ctx context.Context, c *http.Client, base, name string, token uint64, data string) error {
-	q := url.Values{"name": {name}, "token": {strconv.FormatUint(token, 10)}, "data": {data}}
+	q := url.Values{"name": {name}, "data": {data}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/write?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
+	fence.SetToken(req.Header, token)
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNoContent:
-		return nil
-	case http.StatusConflict:
-		return ErrStale
+	if err := fence.ResponseError(resp, token); err != nil {
+		return err
 	}
-	return fmt.Errorf("fenced: %s", resp.Status)
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("fenced: %s", resp.Status)
+	}
+	return nil
 }
