@@ -72,6 +72,19 @@ type LockOptions struct {
 	// ErrExpired, when its TTL runs out, and is then released, unless the
 	// holder calls Renew in time.
 	NoKeepAlive bool
+	// MinHold keeps the name held for at least this long after the grant,
+	// even if the lease is released earlier (ShedLock's lockAtLeastFor):
+	// a job scheduled on many machines, whose clocks and schedulers differ
+	// by less than MinHold, runs once per period. An earlier Release ends
+	// the lease here at once and leaves the hold in the store, under its
+	// owner, until MinHold has passed: on stores whose holds have a TTL,
+	// by renewing the hold for the time left, so that it stays even if
+	// this process exits; on stores whose holds live in a session (etcd,
+	// ZooKeeper), by releasing it only then: Release waits, bounded by its
+	// context, and Client.Close releases at once. (A renewal by keepalive
+	// in flight during the Release may keep the hold up to one TTL
+	// longer.) Zero: none.
+	MinHold time.Duration
 }
 
 // EventKind says what happened to a lease.
@@ -213,7 +226,7 @@ func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ct
 	stop()
 	cancel(nil)
 	lost := l.Err()
-	rctx, rcancel := c.withTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	rctx, rcancel := c.withTimeout(context.WithoutCancel(ctx), c.opTimeout()+l.minLeft(c.clock.Now()))
 	defer rcancel()
 	rerr := l.Release(rctx)
 	if lost != nil && !errors.Is(lost, ErrReleased) {
@@ -252,6 +265,9 @@ func (c *Client) request(name string, o *LockOptions, queue bool) (*driver.Reque
 	}
 	if err := checkMeta(o.Meta); err != nil {
 		return nil, false, err
+	}
+	if o.MinHold < 0 {
+		return nil, false, invalid("minimum hold %v is negative", o.MinHold)
 	}
 	return req, !o.NoKeepAlive, nil
 }
@@ -315,7 +331,12 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		}
 		done(err)
 		if err == nil {
-			return c.newLease(req, g, sent, keepAlive), nil
+			l := c.newLease(req, g, sent, keepAlive)
+			if o != nil && o.MinHold > 0 {
+				// From the answer, which came after the grant.
+				l.holdAtLeast(c.clock.Now().Add(o.MinHold))
+			}
+			return l, nil
 		}
 		if retryable(ctx, err) && retry.n-3 < c.opts.Retries {
 			if !c.sleep(ctx, retry.next()) {
@@ -572,6 +593,22 @@ const closeCalls = 4
 // maxBatch, closeCalls at a time. Each call goes out once its leases have
 // ended here (a holder learns first), while the next ones end.
 func (c *Client) releaseAll(ctx context.Context, ls []*Lease) {
+	// Holds within their minimum hold stay in the store for the time left.
+	now := c.clock.Now()
+	var keep []driver.Hold
+	rest := ls[:0:0]
+	for _, l := range ls {
+		if left := l.minLeft(now); left > 0 && l.session == nil {
+			l.end(ErrReleased, false)
+			keep = append(keep, driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: minHoldTTL(left)})
+		} else {
+			rest = append(rest, l)
+		}
+	}
+	for part := range slices.Chunk(keep, maxBatch) {
+		_, _ = c.store.Renew(ctx, part)
+	}
+	ls = rest
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeCalls)
 	for part := range slices.Chunk(ls, maxBatch) {

@@ -3,6 +3,7 @@ package baton
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ type Lease struct {
 	renewAt  time.Time     // when keepalive renews next
 	retrying bool          // the last renewal failed
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
+	minUntil time.Time     // local monotonic: a release before keeps the hold until then (LockOptions.MinHold)
 	timer    clockTimer
 	err      error
 
@@ -310,6 +312,17 @@ func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 	}
 	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
+	var early error // the minimum hold was cut short
+	if left := l.minLeft(l.c.clock.Now()); left > 0 {
+		if l.session == nil {
+			return l.keepFor(ctx, left)
+		}
+		if early = l.waitFor(ctx, left); early != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = l.c.withTimeout(context.WithoutCancel(ctx), l.c.opTimeout())
+			defer cancel()
+		}
+	}
 	done := l.c.call(ctx, "release", l.key.Name)
 	held, err := l.c.store.Release(ctx, []driver.Key{l.key})
 	done(err)
@@ -319,6 +332,65 @@ func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 		return storeErr("release", l.key.Name, err)
 	case !held[0]:
 		return storeErr("release", l.key.Name, ErrNotHeld)
+	case early != nil:
+		return storeErr("release", l.key.Name, fmt.Errorf("released before its minimum hold had passed: %w", early))
+	}
+	return nil
+}
+
+// holdAtLeast makes a release before until keep the hold until then.
+func (l *Lease) holdAtLeast(until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.After(l.minUntil) {
+		l.minUntil = until
+	}
+}
+
+// minLeft is how long the minimum hold lasts after now (≤ 0: over).
+func (l *Lease) minLeft(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.minUntil.IsZero() {
+		return 0
+	}
+	return l.minUntil.Sub(now)
+}
+
+// minHoldTTL is the TTL that keeps a hold in the store for at least left
+// by this machine's clock: the store's clock may run up to 1% slower.
+func minHoldTTL(left time.Duration) time.Duration {
+	return max(left+left/50+time.Millisecond, MinTTL)
+}
+
+// keepFor ends the lease here and leaves its hold in the store for left
+// more, renewing it for that long instead of releasing it.
+func (l *Lease) keepFor(ctx context.Context, left time.Duration) error {
+	c := l.c
+	l.end(ErrReleased, false)
+	done := c.call(ctx, "release", l.key.Name)
+	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: minHoldTTL(left)}})
+	done(err)
+	switch {
+	case err != nil:
+		return storeErr("release", l.key.Name, err)
+	case gs[0] == nil:
+		return storeErr("release", l.key.Name, ErrNotHeld)
+	}
+	return nil
+}
+
+// waitFor waits until left has passed, the lease ended, or ctx ended (its
+// cause is returned).
+func (l *Lease) waitFor(ctx context.Context, left time.Duration) error {
+	ch := make(chan struct{})
+	t := l.c.clock.AfterFunc(left, func() { close(ch) })
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-l.done:
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 	return nil
 }

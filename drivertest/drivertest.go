@@ -88,6 +88,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ModeConflict", s.modeConflict},
 		{"KeepAlive", s.keepAlive},
 		{"NoKeepAliveExpires", s.noKeepAliveExpires},
+		{"MinHold", s.minHold},
 		{"CrashedHolderExpires", s.crashedHolderExpires},
 		{"LostLeaseNotified", s.lostLeaseNotified},
 		{"ReleaseForms", s.releaseForms},
@@ -550,6 +551,63 @@ func (s *suite) noKeepAliveExpires(t *testing.T) {
 	}
 	// The holder released it when its TTL ran out: it is free at once.
 	lb := mustLock(t, ctxFor(t, s.d(5*time.Second)), b, n, nil)
+	release(t, ctx, lb)
+}
+
+// minHold checks LockOptions.MinHold: a release before it leaves the name
+// held until it has passed, even when the holder's client closes (on
+// session-bound stores Release waits for it, and Close ends it).
+func (s *suite) minHold(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t, nil), s.client(t, nil)
+	n := name(t)
+	minHold := s.d(time.Second)
+	start := time.Now()
+	l := mustTry(t, ctx, a, n, &baton.LockOptions{MinHold: minHold})
+	release(t, ctx, l)
+	if !errors.Is(l.Err(), baton.ErrReleased) {
+		t.Errorf("Err after Release = %v, want ErrReleased", l.Err())
+	}
+	if s.cfg.SessionBound {
+		if d := time.Since(start); d < minHold {
+			t.Errorf("Release returned %v after the grant, within the minimum hold of %v", d, minHold)
+		}
+	} else if time.Since(start) < minHold/2 {
+		mustBeLocked(t, ctx, b, n, nil)
+	}
+	lb := mustLock(t, ctx, b, n, nil)
+	if d := time.Since(start); d < minHold {
+		t.Fatalf("granted again %v after the first grant, within its minimum hold of %v", d, minHold)
+	}
+	if lb.Token() <= l.Token() {
+		t.Errorf("token %d after %d", lb.Token(), l.Token())
+	}
+	release(t, ctx, lb)
+
+	// A release after the minimum hold releases at once.
+	l = mustTry(t, ctx, a, n, &baton.LockOptions{MinHold: s.d(10 * time.Millisecond)})
+	time.Sleep(s.d(20 * time.Millisecond))
+	release(t, ctx, l)
+	release(t, ctx, mustTry(t, ctx, b, n, nil))
+
+	if _, err := a.TryLock(ctx, n, &baton.LockOptions{MinHold: -time.Second}); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("negative MinHold: %v, want ErrInvalid", err)
+	}
+	if s.cfg.SessionBound {
+		return // Close ends the session, and its holds with it
+	}
+	// The hold stays when its client closes, as when its process exits.
+	c := s.client(t, nil)
+	start = time.Now()
+	mustTry(t, ctx, c, n, &baton.LockOptions{MinHold: minHold})
+	c.Close()
+	if time.Since(start) < minHold/2 {
+		mustBeLocked(t, ctx, b, n, nil)
+	}
+	lb = mustLock(t, ctx, b, n, nil)
+	if d := time.Since(start); d < minHold {
+		t.Fatalf("granted again %v after a grant whose client closed, within its minimum hold of %v", d, minHold)
+	}
 	release(t, ctx, lb)
 }
 

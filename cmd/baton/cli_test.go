@@ -314,3 +314,27 @@ func TestLimitConflict(t *testing.T) {
 	writeFileAtomic(filepath.Join(dir, "stop"), "")
 	holder.wait(t)
 }
+
+// TestMinHold: with --min-hold, a command that exits at once leaves the
+// lock held until the minimum has passed, after baton itself has exited.
+func TestMinHold(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	ok := helperArgv("exit", "0")
+	minHold := 2 * time.Second
+	start := time.Now()
+	if r := e.baton(t, cmdline([]string{"run", "x", "--min-hold", "2"}, ok...)...); r.code != 0 {
+		t.Fatalf("--min-hold 2: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if time.Since(start) < minHold/2 {
+		if r := e.baton(t, cmdline([]string{"run", "x", "--wait=false"}, ok...)...); r.code != exitNotAcquired {
+			t.Errorf("within the minimum hold, --wait=false: exit %d, want %d", r.code, exitNotAcquired)
+		}
+	}
+	if r := e.baton(t, cmdline([]string{"run", "x", "--timeout", "30"}, ok...)...); r.code != 0 || time.Since(start) < minHold {
+		t.Errorf("after the minimum hold: exit %d after %v, want 0 after %v; stderr %q", r.code, time.Since(start), minHold, r.stderr)
+	}
+	if r := e.baton(t, cmdline([]string{"run", "x", "--min-hold", "-1"}, ok...)...); r.code == 0 || !strings.Contains(r.stderr, "--min-hold") {
+		t.Errorf("negative --min-hold: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -85,6 +85,11 @@ Flags:
                  a request with another N, or --shared, is refused (exit 1)
   --ttl D        lease length (default 15s): if baton dies or loses the
                  store, others get the lock at most D later
+  --min-hold D   keep NAME held at least D after the grant, even if CMD
+                 exits sooner: a job run by cron on many machines runs once
+                 per period if their clocks differ by less than D. The hold
+                 stays in the store after baton exits (etcd, ZooKeeper:
+                 baton waits until D has passed, then releases)
   --wait         wait for the lock (default true); --wait=false tries once
                  and exits with code 3 if the lock is held
   --timeout D    wait at most D for the lock (connecting to the store
@@ -143,6 +148,7 @@ code. A signal while waiting for the lock stops the wait (exit 128+N).
 Examples:
   baton run nightly -- ./job.sh
   baton run nightly --wait=false -- ./job.sh   # skip if already running
+  baton run hourly --wait=false --min-hold 5m -- ./job.sh   # from cron on every replica: once an hour
   baton run deploy --timeout 5m -- make deploy
   baton run backups -n 2 --ttl 1m -- ./backup.sh /srv
   baton run --shared config -- ./read-config.sh

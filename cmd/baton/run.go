@@ -34,6 +34,7 @@ type runFlags struct {
 	shared  bool
 	limit   int
 	ttl     time.Duration
+	minHold time.Duration
 	wait    bool
 	timeout time.Duration
 	owner   string
@@ -50,6 +51,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	fs.BoolVar(&f.shared, "shared", false, "take a shared lock")
 	fs.IntVar(&f.limit, "n", 0, "take one of N slots of a semaphore")
 	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "lease length")
+	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock at least this long after it is granted")
 	fs.BoolVar(&f.wait, "wait", true, "wait for the lock")
 	durationVar(fs, &f.timeout, "timeout", 0, "longest wait for the lock (0: forever)")
 	fs.StringVar(&f.owner, "owner", "", "owner id")
@@ -99,6 +101,8 @@ func cmdRun(args []string) int {
 		return usageErr("run", "--timeout must not be negative (got %v; 0 waits forever)", f.timeout)
 	case f.grace < 0:
 		return usageErr("run", "--grace must not be negative (got %v)", f.grace)
+	case f.minHold < 0:
+		return usageErr("run", "--min-hold must not be negative (got %v)", f.minHold)
 	case set["owner"] && f.owner == "":
 		return usageErr("run", "--owner is empty")
 	}
@@ -169,10 +173,11 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 		return nil, nil, code
 	}
 	lo := &baton.LockOptions{
-		Shared: f.shared,
-		Limit:  f.limit,
-		TTL:    f.ttl,
-		Owner:  f.owner,
+		Shared:  f.shared,
+		Limit:   f.limit,
+		TTL:     f.ttl,
+		Owner:   f.owner,
+		MinHold: f.minHold,
 		Meta: map[string]string{
 			"pid": strconv.Itoa(os.Getpid()),
 			"cmd": strings.ToValidUTF8(truncate(filepath.Base(f.argv[0]), 200), "?"),
@@ -341,7 +346,9 @@ func finish(f *runFlags, lease *baton.Lease, ps *os.ProcessState, lost bool) int
 		return exitLeaseLost
 	}
 	code := exitCode(ps)
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	// On stores whose holds live in a session, the release waits for the
+	// minimum hold.
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout+f.minHold)
 	defer cancel()
 	err := lease.ReleaseStrict(ctx)
 	switch {
