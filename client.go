@@ -45,6 +45,9 @@ type Options struct {
 	// Observer, if set, sees every operation, store call and event, for
 	// metrics and traces.
 	Observer Observer
+	// LockDelay is every lock's lock-delay (LockOptions.LockDelay) unless
+	// its LockOptions give one. Zero: none.
+	LockDelay time.Duration
 }
 
 // LockOptions configure one acquisition. A nil *LockOptions takes an
@@ -85,6 +88,19 @@ type LockOptions struct {
 	// in flight during the Release may keep the hold up to one TTL
 	// longer.) Zero: none.
 	MinHold time.Duration
+	// LockDelay, if positive, keeps the name from everyone for this long
+	// after the lease is lost involuntarily (Chubby's and Consul's
+	// lock-delay): when its holder died, was paused or cut off and stopped
+	// renewing, the store grants the name to nobody until LockDelay after
+	// the hold's TTL ran out, by the store's clock; a Release frees it at
+	// once. It protects resources that cannot check fencing tokens from a
+	// holder that acts on after its lease ended. The store keeps the hold
+	// for TTL + LockDelay from each renewal, while the lease lasts TTL, and
+	// a lease that ends lost or expired is not released. Stores whose
+	// holds live in a session (etcd, ZooKeeper) cannot keep a hold past
+	// its session: Lock refuses it there with errors.ErrUnsupported.
+	// Zero: Options.LockDelay.
+	LockDelay time.Duration
 }
 
 // EventKind says what happened to a lease.
@@ -167,6 +183,9 @@ func newClient(store driver.Store, opts *Options, k clock) (*Client, error) {
 	}
 	if o.MaxPoll < time.Millisecond {
 		return nil, invalid("MaxPoll %v is below 1ms", o.MaxPoll)
+	}
+	if o.LockDelay < 0 {
+		return nil, invalid("LockDelay %v is negative", o.LockDelay)
 	}
 	if o.Host == "" {
 		o.Host, _ = os.Hostname()
@@ -269,6 +288,9 @@ func (c *Client) request(name string, o *LockOptions, queue bool) (*driver.Reque
 	if o.MinHold < 0 {
 		return nil, false, invalid("minimum hold %v is negative", o.MinHold)
 	}
+	if o.LockDelay < 0 {
+		return nil, false, invalid("lock-delay %v is negative", o.LockDelay)
+	}
 	return req, !o.NoKeepAlive, nil
 }
 
@@ -302,6 +324,12 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	if err != nil {
 		return nil, err
 	}
+	delay := c.opts.LockDelay
+	if o != nil && o.LockDelay > 0 {
+		delay = o.LockDelay
+	}
+	ttl := req.TTL // the lease's; the store keeps the hold for the delay longer
+	req.TTL += delay
 	if c.isClosed() {
 		return nil, storeErr("lock", name, ErrClosed)
 	}
@@ -322,7 +350,7 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 		storeSent := realClock{}.Now()
 		done := c.call(ctx, "acquire", name)
 		g, err := c.store.Acquire(ctx, req)
-		if err == nil && g.Session == nil && !c.clock.Now().Before(sent.Add(req.TTL-margin(req.TTL))) {
+		if err == nil && g.Session == nil && !c.clock.Now().Before(sent.Add(ttl-margin(ttl))) {
 			// The answer came after the lease it grants had ended here:
 			// the store may have granted the name to another since. That
 			// is no grant; ask again (the store grants it anew if nobody
@@ -330,8 +358,14 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 			err = errLate
 		}
 		done(err)
+		if err == nil && g.Session != nil && delay > 0 {
+			if !g.Extended {
+				c.abandon(ctx, req)
+			}
+			return nil, storeErr("lock", name, fmt.Errorf("lock-delay needs holds with a TTL, and this store's live in a session: %w", errors.ErrUnsupported))
+		}
 		if err == nil {
-			l := c.newLease(req, g, sent, keepAlive)
+			l := c.newLease(req, g, sent, keepAlive, delay)
 			if o != nil && o.MinHold > 0 {
 				// From the answer, which came after the grant.
 				l.holdAtLeast(c.clock.Now().Add(o.MinHold))

@@ -199,7 +199,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 	now := c.clock.Now()
 	for i, l := range batch {
 		l.mu.Lock()
-		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl}
+		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl + l.delay}
 		left[i] = l.deadline.Sub(now)
 		if first.IsZero() || l.deadline.Before(first) {
 			first = l.deadline
@@ -235,7 +235,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 			l.end(ErrLeaseLost, false)
 			continue
 		}
-		l.renewed(gs[i], sent, holds[i].TTL)
+		l.renewed(gs[i], sent, holds[i].TTL-l.delay)
 		c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
 	}
 }

@@ -18,6 +18,7 @@ type Lease struct {
 	mode      driver.Mode
 	limit     int
 	keepAlive bool
+	delay     time.Duration // lock-delay: the store keeps the hold this much longer than the lease
 	token     uint64
 	session   driver.Session // non-nil: lives in a store session
 	done      chan struct{}
@@ -45,8 +46,9 @@ type Lease struct {
 // the holder's and the store's clocks to run at rates up to 1% apart.
 func margin(ttl time.Duration) time.Duration { return driver.Margin(ttl) }
 
-func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, keepAlive bool) *Lease {
+func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, keepAlive bool, delay time.Duration) *Lease {
 	k := driver.Key{Name: req.Name, Owner: req.Owner}
+	ttl := req.TTL - delay // the store's TTL has the delay on top
 	c.mu.Lock()
 	if l := c.leases[k]; l != nil && !g.Extended {
 		// The store granted anew what this client thought it held: the old
@@ -61,16 +63,16 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 		l.mu.Lock()
 		l.info.Host, l.info.Meta = req.Host, maps.Clone(req.Meta)
 		l.mu.Unlock()
-		l.renewed(g, sent, req.TTL)
+		l.renewed(g, sent, ttl)
 		c.schedule(l)
 		return l
 	}
 	l := &Lease{
-		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive,
-		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: req.TTL, granted: sent, lastLeft: -1,
+		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive, delay: delay,
+		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: ttl, granted: sent, lastLeft: -1,
 		info: LockInfo{
 			Name: req.Name, Owner: req.Owner, Mode: Mode(req.Mode), Limit: req.Limit, Token: g.Token,
-			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.TTL,
+			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: ttl,
 			Created: g.Created, Renewed: g.Renewed, Expires: g.Expires,
 		},
 	}
@@ -80,14 +82,14 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 
 	l.mu.Lock()
 	if g.Session == nil || !keepAlive {
-		l.setDeadline(sent.Add(req.TTL - margin(req.TTL)))
+		l.setDeadline(sent.Add(ttl - margin(ttl)))
 	}
 	l.mu.Unlock()
 	if g.Session != nil {
 		c.watchSession(g.Session)
 	} else if keepAlive {
 		l.mu.Lock()
-		l.renewAt = c.renewTime(sent, req.TTL)
+		l.renewAt = c.renewTime(sent, ttl)
 		l.mu.Unlock()
 		c.schedule(l)
 	}
@@ -113,10 +115,12 @@ func (l *Lease) expire() {
 	if early {
 		return
 	}
+	// The hold is released as it may still be in the store, unless the
+	// store must keep it for the lock-delay: the loss was involuntary.
 	if l.keepAlive {
-		l.end(ErrLeaseLost, true)
+		l.end(ErrLeaseLost, l.delay == 0)
 	} else {
-		l.end(ErrExpired, true)
+		l.end(ErrExpired, l.delay == 0)
 	}
 }
 
@@ -276,7 +280,7 @@ func (l *Lease) Renew(ctx context.Context) (err error) {
 	ttl, left := l.ttl, l.deadlineLocked().Sub(sent)
 	l.mu.Unlock()
 	done := c.call(ctx, "renew", l.key.Name)
-	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl}})
+	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl + l.delay}})
 	done(err)
 	if err != nil {
 		return storeErr("renew", l.key.Name, err)

@@ -89,6 +89,7 @@ func Run(t *testing.T, cfg Config) {
 		{"KeepAlive", s.keepAlive},
 		{"NoKeepAliveExpires", s.noKeepAliveExpires},
 		{"MinHold", s.minHold},
+		{"LockDelay", s.lockDelay},
 		{"CrashedHolderExpires", s.crashedHolderExpires},
 		{"LostLeaseNotified", s.lostLeaseNotified},
 		{"ReleaseForms", s.releaseForms},
@@ -609,6 +610,68 @@ func (s *suite) minHold(t *testing.T) {
 		t.Fatalf("granted again %v after a grant whose client closed, within its minimum hold of %v", d, minHold)
 	}
 	release(t, ctx, lb)
+}
+
+// lockDelay checks LockOptions.LockDelay: a lease lost involuntarily (its
+// holder cut off from the store) keeps the name from everyone for the
+// delay after its TTL; a release frees it at once. Session-bound stores
+// refuse it.
+func (s *suite) lockDelay(t *testing.T) {
+	ctx := s.ctx(t)
+	a, fa := s.faulty(t, nil)
+	b := s.client(t, nil)
+	n := name(t)
+	ttl, delay := s.d(300*time.Millisecond), s.d(time.Second)
+	o := &baton.LockOptions{TTL: ttl, LockDelay: delay}
+	start := time.Now()
+	la, err := a.TryLock(ctx, n, o)
+	if s.cfg.SessionBound {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("TryLock with a lock-delay on a session-bound store: %v, want ErrUnsupported", err)
+		}
+		release(t, ctx, mustTry(t, ctx, b, n, nil)) // nothing left behind
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.TTL() != ttl {
+		t.Errorf("lease TTL %v, want %v (the delay is the store's)", la.TTL(), ttl)
+	}
+	fa.SetDown(true) // the holder is cut off: it loses its lease
+	select {
+	case <-la.Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("Done not closed though the holder could not renew")
+	}
+	fa.SetDown(false) // back, it must not release: the loss was involuntary
+	lb := mustLock(t, ctx, b, n, nil)
+	if d := time.Since(start); d < ttl+delay {
+		t.Fatalf("granted again %v after a grant that was lost, within its TTL and lock-delay (%v)", d, ttl+delay)
+	}
+	release(t, ctx, lb)
+
+	// A lease that expires unrenewed is not released either.
+	start = time.Now()
+	la = mustTry(t, ctx, a, n, &baton.LockOptions{TTL: ttl, LockDelay: delay, NoKeepAlive: true})
+	select {
+	case <-la.Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("Done not closed after the TTL without keepalive")
+	}
+	lb = mustLock(t, ctx, b, n, nil)
+	if d := time.Since(start); d < ttl+delay {
+		t.Fatalf("granted again %v after a grant that expired, within its TTL and lock-delay (%v)", d, ttl+delay)
+	}
+	release(t, ctx, lb)
+
+	// A release is voluntary: no delay.
+	la = mustTry(t, ctx, a, n, o)
+	release(t, ctx, la)
+	release(t, ctx, mustTry(t, ctx, b, n, nil))
+	if _, err := a.TryLock(ctx, n, &baton.LockOptions{LockDelay: -time.Second}); !errors.Is(err, baton.ErrInvalid) {
+		t.Errorf("negative LockDelay: %v, want ErrInvalid", err)
+	}
 }
 
 // crashedHolderExpires simulates a holder that dies: it takes the lock

@@ -338,3 +338,20 @@ func TestMinHold(t *testing.T) {
 		t.Errorf("negative --min-hold: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestLockDelayFlag: --lock-delay reaches the lock; a release at the
+// command's exit is voluntary, so the lock is free at once.
+func TestLockDelayFlag(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	ok := helperArgv("exit", "0")
+	if r := e.baton(t, cmdline([]string{"run", "x", "--lock-delay", "60"}, ok...)...); r.code != 0 {
+		t.Fatalf("--lock-delay 60: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := e.baton(t, cmdline([]string{"run", "x", "--wait=false"}, ok...)...); r.code != 0 {
+		t.Errorf("after a clean exit with --lock-delay, --wait=false: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := e.baton(t, cmdline([]string{"run", "x", "--lock-delay", "-1"}, ok...)...); r.code == 0 || !strings.Contains(r.stderr, "--lock-delay") {
+		t.Errorf("negative --lock-delay: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -90,6 +90,10 @@ Flags:
                  per period if their clocks differ by less than D. The hold
                  stays in the store after baton exits (etcd, ZooKeeper:
                  baton waits until D has passed, then releases)
+  --lock-delay D if the lease is lost (baton cut off from the store, or
+                 killed), grant NAME to nobody for D after its TTL ran out:
+                 with D at least --grace, the command has been stopped
+                 before anyone else gets NAME. Not on etcd or ZooKeeper
   --wait         wait for the lock (default true); --wait=false tries once
                  and exits with code 3 if the lock is held
   --timeout D    wait at most D for the lock (connecting to the store
@@ -127,8 +131,8 @@ The command gets these environment variables:
 If the lease is lost while the command runs (it could not be renewed in
 time, or an administrator released it), baton sends the command SIGTERM,
 then SIGKILL after --grace, and exits with code 4. Keep --grace short next
-to --ttl, or make the command check the fencing token: another holder may
-get the lock once the lease ended.
+to --ttl, set --lock-delay to at least --grace, or make the command check
+the fencing token: another holder may get the lock once the lease ended.
 
 The command never outlives baton. Unless baton runs in a terminal's
 foreground, the command runs in a process group of its own, under a small

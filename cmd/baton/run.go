@@ -29,17 +29,18 @@ var errInterrupted = errors.New("interrupted")
 const releaseTimeout = 5 * time.Second
 
 type runFlags struct {
-	name    string
-	argv    []string
-	shared  bool
-	limit   int
-	ttl     time.Duration
-	minHold time.Duration
-	wait    bool
-	timeout time.Duration
-	owner   string
-	grace   time.Duration
-	store   string
+	name      string
+	argv      []string
+	shared    bool
+	limit     int
+	ttl       time.Duration
+	minHold   time.Duration
+	lockDelay time.Duration
+	wait      bool
+	timeout   time.Duration
+	owner     string
+	grace     time.Duration
+	store     string
 	// conflictCode is the exit code when the lock is not acquired
 	// (flock's -E).
 	conflictCode int
@@ -52,6 +53,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	fs.IntVar(&f.limit, "n", 0, "take one of N slots of a semaphore")
 	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "lease length")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock at least this long after it is granted")
+	durationVar(fs, &f.lockDelay, "lock-delay", 0, "after the lease is lost, grant NAME to nobody for this long")
 	fs.BoolVar(&f.wait, "wait", true, "wait for the lock")
 	durationVar(fs, &f.timeout, "timeout", 0, "longest wait for the lock (0: forever)")
 	fs.StringVar(&f.owner, "owner", "", "owner id")
@@ -103,6 +105,8 @@ func cmdRun(args []string) int {
 		return usageErr("run", "--grace must not be negative (got %v)", f.grace)
 	case f.minHold < 0:
 		return usageErr("run", "--min-hold must not be negative (got %v)", f.minHold)
+	case f.lockDelay < 0:
+		return usageErr("run", "--lock-delay must not be negative (got %v)", f.lockDelay)
 	case set["owner"] && f.owner == "":
 		return usageErr("run", "--owner is empty")
 	}
@@ -173,11 +177,12 @@ func acquire(ctx context.Context, f *runFlags, raw, from string) (*baton.Client,
 		return nil, nil, code
 	}
 	lo := &baton.LockOptions{
-		Shared:  f.shared,
-		Limit:   f.limit,
-		TTL:     f.ttl,
-		Owner:   f.owner,
-		MinHold: f.minHold,
+		Shared:    f.shared,
+		Limit:     f.limit,
+		TTL:       f.ttl,
+		Owner:     f.owner,
+		MinHold:   f.minHold,
+		LockDelay: f.lockDelay,
 		Meta: map[string]string{
 			"pid": strconv.Itoa(os.Getpid()),
 			"cmd": strings.ToValidUTF8(truncate(filepath.Base(f.argv[0]), 200), "?"),
