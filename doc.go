@@ -22,7 +22,15 @@
 // lease that ended while it was paused: that is what fencing tokens are for.
 // Every grant of a name carries a token larger than every earlier grant of
 // that name; a resource that remembers the largest token it has seen and
-// refuses smaller ones is safe even then.
+// refuses smaller ones is safe even then. Package fence does that at the
+// resource: in a SQL transaction, in Redis, over HTTP or in process.
+//
+// Two options bound when others may have the lock, by the store's clock:
+// LockOptions.MinHold keeps a name held for a minimum time even if it is
+// released sooner (a cron job run on many machines runs once per period),
+// and LockOptions.LockDelay keeps it from everyone for a while after its
+// lease was lost rather than released (for resources that cannot check
+// tokens).
 //
 // Leases are kept alive by one timer per Client: when it fires, one
 // goroutine renews together every lease that is due, in one call to the
