@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
@@ -81,4 +82,43 @@ func TestClosedClient(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// The store keeps a lease with a lock-delay for its TTL plus the delay,
+// also when RenewOwner renews it.
+func TestLockDelayInEveryRenewal(t *testing.T) {
+	ctx := context.Background()
+	c, err := baton.New(mem.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := baton.NewOwner()
+	ttl, delay := time.Minute, 10*time.Second
+	l, err := c.Lock(ctx, "x", &baton.LockOptions{Owner: owner, TTL: ttl, LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		hs, err := c.Status(ctx, &baton.Filter{Name: "x"})
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("%s: Status = %v, %v", when, hs, err)
+		}
+		if d := hs[0].Expires.Sub(hs[0].Renewed); d != ttl+delay {
+			t.Errorf("%s: the store keeps the hold %v, want %v", when, d, ttl+delay)
+		}
+		if l.TTL() != ttl {
+			t.Errorf("%s: lease TTL %v, want %v", when, l.TTL(), ttl)
+		}
+	}
+	check("granted")
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("Renew")
+	if _, err := c.RenewOwner(ctx, owner, ttl); err != nil {
+		t.Fatal(err)
+	}
+	check("RenewOwner")
 }

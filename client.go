@@ -568,6 +568,9 @@ func (c *Client) RenewOwner(ctx context.Context, owner string, ttl time.Duration
 	holds := make([]driver.Hold, len(hs))
 	for i, h := range hs {
 		holds[i] = driver.Hold{Name: h.Name, Owner: owner, TTL: ttl}
+		if l := c.lease(driver.Key{Name: h.Name, Owner: owner}); l != nil {
+			holds[i].TTL += l.delay // this client's lease keeps its lock-delay
+		}
 	}
 	sent := c.clock.Now()
 	gs, err := c.renewHolds(ctx, holds)
