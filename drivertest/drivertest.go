@@ -562,7 +562,7 @@ func (s *suite) minHold(t *testing.T) {
 	ctx := s.ctx(t)
 	a, b := s.client(t, nil), s.client(t, nil)
 	n := name(t)
-	minHold := s.d(time.Second)
+	minHold := s.d(400 * time.Millisecond)
 	start := time.Now()
 	l := mustTry(t, ctx, a, n, &baton.LockOptions{MinHold: minHold})
 	release(t, ctx, l)
@@ -621,7 +621,7 @@ func (s *suite) lockDelay(t *testing.T) {
 	a, fa := s.faulty(t, nil)
 	b := s.client(t, nil)
 	n := name(t)
-	ttl, delay := s.d(300*time.Millisecond), s.d(time.Second)
+	ttl, delay := s.d(300*time.Millisecond), s.d(400*time.Millisecond)
 	o := &baton.LockOptions{TTL: ttl, LockDelay: delay}
 	start := time.Now()
 	la, err := a.TryLock(ctx, n, o)
