@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -24,6 +25,34 @@ func Jitter(d time.Duration) time.Duration {
 		return 0
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// Outlive returns the context for a store call made on behalf of ctx that
+// must not end with it: one that lasts until grace after ctx ends. A
+// database that loses its client mid-statement (the driver closes the
+// connection when ctx ends) still runs the statement to its end and
+// commits, with an outcome, such as a grant or a queue entry, that nobody
+// learns of. A call that outlives ctx returns that outcome, which the
+// caller can undo; grace only cuts off a server or network that stopped
+// answering. Call the CancelFunc when the call returns.
+func Outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(grace, cancel)
+		mu.Unlock()
+	})
+	return cctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // Sleep waits for d, or until ctx ends, returning ctx.Err() then.

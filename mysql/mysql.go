@@ -590,23 +590,7 @@ const callGrace = 3 * time.Second
 
 // callCtx returns the context for a CALL made on behalf of ctx.
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var timer *time.Timer
-	var mu sync.Mutex
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		timer = time.AfterFunc(callGrace, cancel)
-		mu.Unlock()
-	})
-	return cctx, func() {
-		stop()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
+	return driver.Outlive(ctx, callGrace)
 }
 
 func ns(d time.Duration) int64 { return int64(d) }

@@ -479,6 +479,10 @@ func (s *Store) durable() int64 {
 	return ns(s.opts.MaxGrace)
 }
 
+// callGrace is how long an acquire may outlive its caller's context (see
+// driver.Outlive): room for a short wait on the name's row.
+const callGrace = time.Second
+
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
 	if err := s.begin(ctx); err != nil {
@@ -489,8 +493,14 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		token, after              int64
 		created, renewed, expires time.Time
 	)
+	// The call outlives ctx: a statement whose connection closes still
+	// commits, and a grant or queue entry nobody learns of would block the
+	// name until it expires. Its outcome comes back instead, and baton
+	// undoes what it no longer wants.
+	cctx, cancel := driver.Outlive(ctx, callGrace)
+	defer cancel()
 	err := retry(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
+		return s.pool.QueryRow(cctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
 			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable()).
 			Scan(&status, &token, &created, &renewed, &expires, &after)
 	})

@@ -33,7 +33,8 @@ var ErrTxLockLost = errors.New("postgres: the lock expired before the transactio
 // hold it was granted: from then on the row lock keeps every other grant
 // out until commit or rollback. While fn runs, acquires of name by others
 // (TryLock included) wait in the database for the transaction to end (or
-// for their context), each holding a connection of its pool. The token
+// until a second after their context ends), each holding a connection of
+// its pool. The token
 // is never handed out again, even if the transaction rolls back or the
 // server crashes (see Durability).
 //
