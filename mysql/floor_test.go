@@ -1,0 +1,109 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/baton-go/baton/drivertest"
+)
+
+// BenchmarkServerFloor measures what bounds an uncontended lock on each
+// test server, whatever its design; ns/op is one acquire and release:
+//   - get-lock: GET_LOCK and RELEASE_LOCK on one connection (the bare
+//     primitive: no durability, no TTL);
+//   - innodb-update: two autocommitted single-row UPDATEs of an InnoDB
+//     table, the least a durable grant and release cost (a log flush each);
+//   - innodb-call: the same UPDATEs each in a one-statement procedure
+//     returning a row, as a CALL;
+//   - memory-update: the UPDATEs on a MEMORY table (no flush, nothing
+//     survives a restart).
+//
+// BENCHMARKS.md quotes it.
+func BenchmarkServerFloor(b *testing.B) {
+	for _, s := range drivertest.Servers(serversEnv) {
+		b.Run(s.Name, func(b *testing.B) {
+			ctx := context.Background()
+			db, err := sql.Open("mysql", dsn(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			must := func(q string) {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					b.Fatal(q, ": ", err)
+				}
+			}
+			for _, engine := range []string{"InnoDB", "MEMORY"} {
+				tb := "baton_floor_" + engine
+				must("DROP TABLE IF EXISTS " + tb)
+				must("CREATE TABLE " + tb + " (name VARBINARY(255) PRIMARY KEY, owner VARBINARY(128), seq BIGINT UNSIGNED NOT NULL DEFAULT 0, expires DATETIME(6)) ENGINE=" + engine)
+				must("INSERT INTO " + tb + " (name) VALUES ('x')")
+				defer db.ExecContext(ctx, "DROP TABLE IF EXISTS "+tb)
+			}
+			must("DROP PROCEDURE IF EXISTS baton_floor_set")
+			must(`CREATE PROCEDURE baton_floor_set(IN p_owner VARBINARY(128))
+				MODIFIES SQL DATA SQL SECURITY INVOKER
+				BEGIN
+					UPDATE baton_floor_InnoDB SET owner = p_owner, seq = seq + 1, expires = UTC_TIMESTAMP(6) + INTERVAL 15 SECOND WHERE name = 'x';
+					SELECT ROW_COUNT();
+				END`)
+			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_set")
+
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			b.Run("get-lock", func(b *testing.B) {
+				var x sql.NullInt64
+				for b.Loop() {
+					if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('baton_floor', 1)").Scan(&x); err != nil || x.Int64 != 1 {
+						b.Fatal(err, x)
+					}
+					if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK('baton_floor')").Scan(&x); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			for _, engine := range []string{"InnoDB", "MEMORY"} {
+				tb := "baton_floor_" + engine
+				acquire, err := conn.PrepareContext(ctx, "UPDATE "+tb+" SET owner = ?, seq = seq + 1, expires = UTC_TIMESTAMP(6) + INTERVAL 15 SECOND WHERE name = 'x'")
+				if err != nil {
+					b.Fatal(err)
+				}
+				release, err := conn.PrepareContext(ctx, "UPDATE "+tb+" SET owner = NULL WHERE name = 'x' AND owner = ?")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Run(map[string]string{"InnoDB": "innodb-update", "MEMORY": "memory-update"}[engine], func(b *testing.B) {
+					for b.Loop() {
+						if _, err := acquire.ExecContext(ctx, "own1"); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := release.ExecContext(ctx, "own1"); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				acquire.Close()
+				release.Close()
+			}
+			call, err := conn.PrepareContext(ctx, "CALL baton_floor_set(?)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer call.Close()
+			b.Run("innodb-call", func(b *testing.B) {
+				var n int64
+				for b.Loop() {
+					for _, owner := range []any{"own1", nil} {
+						if err := call.QueryRowContext(ctx, owner).Scan(&n); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		})
+	}
+}
