@@ -628,8 +628,19 @@ const closeCalls = 4
 
 // releaseAll ends the leases ls and releases them in the store, in calls of
 // maxBatch, closeCalls at a time. Each call goes out once its leases have
-// ended here (a holder learns first), while the next ones end.
-func (c *Client) releaseAll(ctx context.Context, ls []*Lease) {
+// ended here (a holder learns first), while the next ones end. Each call
+// may take the client's opTimeout; once one fails, the store is in
+// trouble, and the calls not yet sent are not sent: their holds expire.
+func (c *Client) releaseAll(ls []*Lease) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	call := func(f func(ctx context.Context) error) {
+		cctx, cancel := c.withTimeout(ctx, c.opTimeout())
+		defer cancel()
+		if err := f(cctx); err != nil {
+			stop()
+		}
+	}
 	// Holds within their minimum hold stay in the store for the time left.
 	now := c.clock.Now()
 	var keep []driver.Hold
@@ -643,7 +654,9 @@ func (c *Client) releaseAll(ctx context.Context, ls []*Lease) {
 		}
 	}
 	for part := range slices.Chunk(keep, maxBatch) {
-		_, _ = c.store.Renew(ctx, part)
+		if ctx.Err() == nil {
+			call(func(ctx context.Context) error { _, err := c.store.Renew(ctx, part); return err })
+		}
 	}
 	ls = rest
 	var wg sync.WaitGroup
@@ -655,10 +668,14 @@ func (c *Client) releaseAll(ctx context.Context, ls []*Lease) {
 			l.end(ErrReleased, false)
 		}
 		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			continue // the leases end here all the same
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = c.store.Release(ctx, keys)
+			call(func(ctx context.Context) error { _, err := c.store.Release(ctx, keys); return err })
 			<-sem
 		}()
 	}
@@ -729,8 +746,9 @@ func (c *Client) lease(k driver.Key) *Lease {
 }
 
 // Close ends and releases every lease the client holds (in calls of at
-// most a thousand, four at a time, waiting at most a few seconds for the
-// store in all), stops its goroutines and closes the store.
+// most a thousand, four at a time, each waiting at most a few seconds for
+// the store; after a call that fails, the holds not yet released are left
+// to expire), stops its goroutines and closes the store.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -752,9 +770,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	if len(ls) > 0 {
-		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
-		c.releaseAll(ctx, ls)
-		cancel()
+		c.releaseAll(ls)
 	}
 	c.wg.Wait()
 	return c.store.Close()

@@ -401,3 +401,64 @@ func TestCloseEndsLeasesBeforeReleasing(t *testing.T) {
 		t.Errorf("Close released %d of %d keys; %d while their lease was live here (%.5q)", r.released, n, len(r.early), r.early)
 	}
 }
+
+// slowReleases is a store whose Release calls take delay each, and fail
+// from the failAt-th on (0: never).
+type slowReleases struct {
+	*mem.Store
+	delay  time.Duration
+	failAt int
+	mu     sync.Mutex
+	calls  int
+}
+
+func (s *slowReleases) Release(ctx context.Context, ks []driver.Key) ([]bool, error) {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	if s.failAt > 0 && n >= s.failAt {
+		return nil, errors.New("store down")
+	}
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.Release(ctx, ks)
+}
+
+// Close releases every hold even when that takes longer than one call's
+// bound in all (a store with many holds, such as SQLite with 100,000);
+// after a call that fails, it sends no more.
+func TestCloseReleasesAllOfASlowStore(t *testing.T) {
+	ctx := context.Background()
+	const n = 16000 // 16 calls, 4 at a time: 4 rounds of 300ms, past the 1s bound of each
+	for _, failAt := range []int{0, 2} {
+		st := &slowReleases{Store: mem.New(), delay: 300 * time.Millisecond, failAt: failAt}
+		c, err := baton.New(st, &baton.Options{TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := c.TryLock(ctx, "c"+strconv.Itoa(i), &baton.LockOptions{TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+		hs, err := st.Store.List(ctx, &driver.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case failAt == 0 && len(hs) != 0:
+			t.Errorf("Close left %d of %d holds in a slow store", len(hs), n)
+		case failAt > 0 && st.calls > failAt+closeCallsForTest:
+			t.Errorf("Close sent %d release calls to a store that failed the call %d", st.calls, failAt)
+		}
+	}
+}
+
+// closeCallsForTest is Client's closeCalls: the calls that may be in
+// flight when one fails.
+const closeCallsForTest = 4
