@@ -28,7 +28,7 @@ type Write struct {
 	Token    uint64 // the writer's fencing token
 	Data     string
 	Accepted bool
-	Highest  uint64 // the largest token accepted for Name when it was decided
+	Highest  uint64 // the largest token accepted for Name once it was decided
 }
 
 // Resource is an in-memory write target fenced by a [fence.Guard]. The
@@ -37,28 +37,26 @@ type Resource struct {
 	guard fence.Guard
 	mu    sync.Mutex
 	log   []Write
-	last  map[string]uint64 // the token of each name's last accepted write
 }
 
 // Write accepts data for name if token is at least the largest token
 // accepted for name so far, and returns a *fence.StaleError otherwise.
 func (r *Resource) Write(name string, token uint64, data string) error {
 	err := r.guard.Do(context.Background(), name, token, func() error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.last == nil {
-			r.last = map[string]uint64{}
-		}
-		r.log = append(r.log, Write{Seq: len(r.log), Name: name, Token: token, Data: data, Accepted: true, Highest: r.last[name]})
-		r.last[name] = token
+		r.record(Write{Name: name, Token: token, Data: data, Accepted: true, Highest: token})
 		return nil
 	})
 	if se := (*fence.StaleError)(nil); errors.As(err, &se) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.log = append(r.log, Write{Seq: len(r.log), Name: name, Token: token, Data: data, Highest: se.Highest})
+		r.record(Write{Name: name, Token: token, Data: data, Highest: se.Highest})
 	}
 	return err
+}
+
+func (r *Resource) record(w Write) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w.Seq = len(r.log)
+	r.log = append(r.log, w)
 }
 
 // Log returns every write decided so far, in order.
