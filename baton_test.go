@@ -122,3 +122,26 @@ func TestLockDelayInEveryRenewal(t *testing.T) {
 	}
 	check("RenewOwner")
 }
+
+// Do releases at once a lock whose minimum hold passed while its function
+// ran.
+func TestDoReleasesAfterTheMinimumHold(t *testing.T) {
+	ctx := context.Background()
+	c, err := baton.New(mem.New(), &baton.Options{TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Do(ctx, "x", &baton.LockOptions{MinHold: 10 * time.Millisecond}, func(ctx context.Context, l *baton.Lease) error {
+		time.Sleep(250 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do = %v", err)
+	}
+	l, err := c.TryLock(ctx, "x", nil)
+	if err != nil {
+		t.Fatalf("TryLock after Do = %v, want the lock released", err)
+	}
+	l.Release(ctx)
+}

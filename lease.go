@@ -351,14 +351,14 @@ func (l *Lease) holdAtLeast(until time.Time) {
 	}
 }
 
-// minLeft is how long the minimum hold lasts after now (≤ 0: over).
+// minLeft is how long the minimum hold lasts after now (0: over).
 func (l *Lease) minLeft(now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.minUntil.IsZero() {
 		return 0
 	}
-	return l.minUntil.Sub(now)
+	return max(l.minUntil.Sub(now), 0)
 }
 
 // minHoldTTL is the TTL that keeps a hold in the store for at least left
