@@ -131,7 +131,7 @@ func Admit[R Row](ctx context.Context, query func(context.Context, string, ...an
 		// commit) reads what it holds.
 		err = query(ctx, "INSERT INTO "+q+" (name, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = GREATEST(token, ?)",
 			name, int64(token), int64(token)).Scan()
-		if errors.Is(err, sql.ErrNoRows) {
+		if err == nil || errors.Is(err, sql.ErrNoRows) { // no rows: the upsert ran
 			err = query(ctx, "SELECT token FROM "+q+" WHERE name = ? FOR UPDATE", name).Scan(&highest)
 		}
 	}
