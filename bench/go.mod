@@ -1,6 +1,6 @@
 module github.com/baton-go/baton/bench
 
-go 1.25.0
+go 1.26.0
 
 require (
 	cirello.io/pglock v1.16.1
@@ -9,6 +9,7 @@ require (
 	github.com/baton-go/baton/elastic v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/etcd v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/nats v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/sqlite v0.0.0-00010101000000-000000000000
@@ -20,6 +21,7 @@ require (
 	github.com/graup/es-distributed-lock v0.0.3
 	github.com/jackc/pgx/v5 v5.8.0
 	github.com/lib/pq v1.10.9
+	github.com/nats-io/nats.go v1.55.0
 	github.com/olivere/elastic v6.2.27+incompatible
 	github.com/redis/go-redis/v9 v9.22.0
 	go.etcd.io/etcd/client/v3 v3.6.8
@@ -58,7 +60,9 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
-	github.com/klauspost/compress v1.17.9 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.7.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
@@ -80,7 +84,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	golang.org/x/crypto v0.55.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
@@ -107,9 +111,9 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	golang.org/x/exp v0.0.0-20250620022241-b7579e27df2b // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	modernc.org/libc v1.66.3 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.11.0 // indirect
@@ -134,3 +138,5 @@ replace github.com/baton-go/baton/elastic => ../elastic
 replace github.com/baton-go/baton/mongo => ../mongo
 
 replace github.com/baton-go/baton/spanner => ../spanner
+
+replace github.com/baton-go/baton/nats => ../nats

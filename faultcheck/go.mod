@@ -1,18 +1,19 @@
 module github.com/baton-go/baton/faultcheck
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/etcd v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/nats v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/sqlite v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/zookeeper v0.0.0-00010101000000-000000000000
 	go.mongodb.org/mongo-driver/v2 v2.2.2
-	golang.org/x/sys v0.47.0
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -38,7 +39,10 @@ require (
 	github.com/google/s2a-go v0.1.9 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.17 // indirect
 	github.com/googleapis/gax-go/v2 v2.23.0 // indirect
-	github.com/klauspost/compress v1.17.9 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.7.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
@@ -55,7 +59,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.45.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.45.0 // indirect
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
-	golang.org/x/crypto v0.55.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/api v0.288.0 // indirect
@@ -94,8 +98,8 @@ require (
 	go.uber.org/zap v1.27.0 // indirect
 	golang.org/x/exp v0.0.0-20250620022241-b7579e27df2b // indirect
 	golang.org/x/net v0.58.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260715232425-e75dac1f907d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260715232425-e75dac1f907d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
@@ -110,6 +114,7 @@ replace (
 	github.com/baton-go/baton => ../
 	github.com/baton-go/baton/etcd => ../etcd
 	github.com/baton-go/baton/mysql => ../mysql
+	github.com/baton-go/baton/nats => ../nats
 	github.com/baton-go/baton/postgres => ../postgres
 	github.com/baton-go/baton/redis => ../redis
 	github.com/baton-go/baton/sqlite => ../sqlite

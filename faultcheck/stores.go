@@ -13,6 +13,7 @@ import (
 	_ "github.com/baton-go/baton/etcd"
 	_ "github.com/baton-go/baton/mongo"
 	_ "github.com/baton-go/baton/mysql"
+	_ "github.com/baton-go/baton/nats"
 	_ "github.com/baton-go/baton/postgres"
 	_ "github.com/baton-go/baton/redis"
 	_ "github.com/baton-go/baton/spanner"
@@ -103,6 +104,9 @@ func mongoURL(addr, _ string, _ time.Duration) string {
 func elasticURL(scheme string) func(addr, _ string, _ time.Duration) string {
 	return func(addr, _ string, _ time.Duration) string { return scheme + "://" + addr + "/faultcheck?timeout=5s" }
 }
+func natsURL(addr, _ string, _ time.Duration) string {
+	return "nats://" + addr + "/faultcheck?timeout=2s"
+}
 func zkURL(addr, _ string, ttl time.Duration) string {
 	return fmt.Sprintf("zk://%s/faultcheck?session_timeout=%s", addr, ttl)
 }
@@ -133,6 +137,8 @@ var Stores = []Store{
 		URL: func(string, string, time.Duration) string {
 			return "spanner://" + spannerDB + "?table=" + batonspanner.DefaultTable + "&poll=25ms"
 		}},
+	{Name: "nats210", Server: "nats210", Port: 24222, TimeNS: true, URL: natsURL},
+	{Name: "nats215", Server: "nats215", Port: 24223, TimeNS: true, URL: natsURL},
 	{Name: "zookeeper38", Server: "zookeeper38", Port: 22181, TimeNS: true, URL: zkURL},
 	{Name: "zookeeper39", Server: "zookeeper39", Port: 22182, TimeNS: true, URL: zkURL},
 }

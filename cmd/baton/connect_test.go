@@ -22,6 +22,7 @@ func TestUnreachableStores(t *testing.T) {
 		"mongodb://127.0.0.1:1/db",
 		"elasticsearch://127.0.0.1:1/locks",
 		"spanner://projects/p/instances/i/databases/d",
+		"nats://127.0.0.1:1/locks",
 	} {
 		for _, args := range [][]string{
 			{"status", "--store", url, "--timeout", "2s"},

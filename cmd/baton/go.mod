@@ -46,7 +46,10 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.8.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.2 // indirect
-	github.com/klauspost/compress v1.17.9 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.7.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
@@ -70,11 +73,11 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect
-	golang.org/x/crypto v0.55.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/api v0.288.0 // indirect
 	google.golang.org/genproto v0.0.0-20260319201613-d00831a3d3e7 // indirect
@@ -89,6 +92,7 @@ require (
 	github.com/baton-go/baton/etcd v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/mongo v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/mysql v0.0.0-00010101000000-000000000000
+	github.com/baton-go/baton/nats v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/postgres v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/redis v0.0.0-00010101000000-000000000000
 	github.com/baton-go/baton/spanner v0.0.0-00010101000000-000000000000
@@ -126,3 +130,5 @@ replace github.com/baton-go/baton/elastic => ../../elastic
 replace github.com/baton-go/baton/mongo => ../../mongo
 
 replace github.com/baton-go/baton/spanner => ../../spanner
+
+replace github.com/baton-go/baton/nats => ../../nats

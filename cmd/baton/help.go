@@ -23,6 +23,7 @@ const storeHelp = `Store:
     opensearch://host:9200/index               OpenSearch / Elasticsearch
                                                (elasticsearch://, …+https://)
     spanner://projects/P/instances/I/databases/D   Cloud Spanner
+    nats://host:4222/bucket                    NATS JetStream key-value (nats+tls://)
   Each store's package documentation lists its URL options.
 `
 

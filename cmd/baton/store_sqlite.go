@@ -18,6 +18,7 @@ var storeTags = map[string]string{
 	"mongodb": "mongo", "mongodb+srv": "mongo",
 	"elasticsearch": "elastic", "opensearch": "elastic", "elasticsearch+https": "elastic", "opensearch+https": "elastic",
 	"spanner": "spanner",
+	"nats":    "nats", "nats+tls": "nats",
 }
 
 // buildHint says how to build a baton that knows scheme, if one can.

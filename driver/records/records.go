@@ -44,6 +44,17 @@ type Notifier interface {
 	Notify(ctx context.Context, name string) (<-chan struct{}, func(), error)
 }
 
+// RequestNotifier is a Notifier that can tell, from the change it saw,
+// whether a request may now be granted, and wakes its waiter only then: a
+// release wakes the head of the queue, not every waiter. Store.Watch uses
+// it in place of Notify.
+type RequestNotifier interface {
+	// NotifyRequest returns a channel that is closed when the record of
+	// req.Name changed, after the call, to a state that may grant req
+	// (req.Queue is false), and a function that stops it.
+	NotifyRequest(ctx context.Context, req *driver.Request) (<-chan struct{}, func(), error)
+}
+
 // Options configure a Store. The zero value works.
 type Options struct {
 	// Poll is the longest pause between two reads of a waiter whose store
@@ -373,8 +384,8 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 	w := &watch{s: s, g: g, ch: g.ch, req: *req}
 	s.mu.Unlock()
 	w.req.Queue = false
-	if n, ok := s.r.(Notifier); ok {
-		ch, stop, err := n.Notify(ctx, req.Name)
+	if w.notifies() {
+		ch, stop, err := w.notify(ctx)
 		if err != nil {
 			w.Close()
 			return nil, err
@@ -382,6 +393,21 @@ func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, e
 		w.note, w.stopNote = ch, stop
 	}
 	return w, nil
+}
+
+// notifies reports whether the store can notify the watch.
+func (w *watch) notifies() bool {
+	_, n := w.s.r.(Notifier)
+	_, rn := w.s.r.(RequestNotifier)
+	return n || rn
+}
+
+// notify asks the store for the watch's next notification.
+func (w *watch) notify(ctx context.Context) (<-chan struct{}, func(), error) {
+	if n, ok := w.s.r.(RequestNotifier); ok {
+		return n.NotifyRequest(ctx, &w.req)
+	}
+	return w.s.r.(Notifier).Notify(ctx, w.req.Name)
 }
 
 type watch struct {
@@ -439,8 +465,7 @@ func (w *watch) next() {
 // renote asks the store for the next notification.
 func (w *watch) renote(ctx context.Context) {
 	w.stopNote()
-	n := w.s.r.(Notifier)
-	ch, stop, err := n.Notify(ctx, w.req.Name)
+	ch, stop, err := w.notify(ctx)
 	if err != nil {
 		// Without notifications the waiter falls back on baton's MaxPoll.
 		w.note, w.stopNote = make(chan struct{}), func() {}

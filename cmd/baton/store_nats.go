@@ -1,0 +1,5 @@
+//go:build nats || all
+
+package main
+
+import _ "github.com/baton-go/baton/nats"
