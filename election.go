@@ -149,34 +149,37 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 
 // Observe sends the leader each time it changes (owner, token or value),
 // and nil when nobody leads, until ctx ends; then it closes the channel.
-// It polls every poll interval (the client's MaxPoll if zero).
+// It follows the election's lock with Client.WatchHolders: woken by the
+// store where the store can tell, else reading it every poll interval (the
+// client's MaxPoll if zero).
 func (e *Election) Observe(ctx context.Context, poll time.Duration) <-chan *Leader {
-	if poll <= 0 {
-		poll = e.c.opts.MaxPoll
-	}
 	ch := make(chan *Leader)
+	hs, err := e.c.WatchHolders(ctx, e.name, poll)
+	if err != nil {
+		close(ch)
+		return ch
+	}
 	go func() {
 		defer close(ch)
 		var last *Leader
 		first := true
-		t := e.c.clock.NewTicker(poll)
-		defer t.Stop()
-		for {
-			cur, err := e.Leader(ctx)
-			if err == nil || errors.Is(err, ErrNoLeader) {
-				if first || !sameLeader(last, cur) {
-					select {
-					case ch <- cur:
-					case <-ctx.Done():
-						return
-					}
-					last, first = cur, false
+		for held := range hs {
+			var cur *Leader
+			for _, h := range held {
+				if h.Mode == Exclusive {
+					cur = &Leader{Owner: h.Owner, Value: h.Meta[ValueKey], Token: h.Token, Info: h}
+					break
 				}
 			}
-			select {
-			case <-t.C():
-			case <-ctx.Done():
-				return
+			if first || !sameLeader(last, cur) {
+				select {
+				case ch <- cur:
+				case <-ctx.Done():
+					return
+				case <-e.c.ctx.Done():
+					return
+				}
+				last, first = cur, false
 			}
 		}
 	}()

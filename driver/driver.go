@@ -30,7 +30,7 @@
 // implements [Waiter]; baton otherwise polls with jittered exponential
 // backoff.
 //
-// # The ten stores
+// # The eleven stores
 //
 // How each store meets the contract:
 //
@@ -46,6 +46,7 @@
 //	               in one pipeline findAndModify
 //	Elasticsearch  records: if_seq_no/primary_term CAS  server's ctx._now       per-name counter in doc    polling the doc
 //	Spanner        records: read-write txn, row/name    commit timestamps       commit timestamp (µs)      polling
+//	NATS           records: key-value revision CAS      server's message stamps per-name counter in value  key watcher, head of queue only
 //
 // "records" marks the stores built on package records, which applies the
 // grant rules of package lockstate once over a store that can read and
@@ -218,6 +219,20 @@ type Watch interface {
 	// return at once. Spurious returns are allowed.
 	Wait(ctx context.Context) error
 	Close() error
+}
+
+// HolderWatcher is implemented by stores that can wake a follower of a
+// name whenever its holders may have changed, in any process: a grant, a
+// release, a hold dropped as expired or taken over. baton otherwise reads
+// the holders at intervals (Client.WatchHolders).
+type HolderWatcher interface {
+	// WatchHolders starts following name. Its Watch's Wait returns when
+	// the holders of name may have changed since the previous Wait
+	// returned (or since WatchHolders returned); spurious returns are
+	// allowed, and a hold that merely expires need not be reported. A
+	// store that cannot follow name returns an error wrapping
+	// errors.ErrUnsupported.
+	WatchHolders(ctx context.Context, name string) (Watch, error)
 }
 
 // Replayer is implemented by a Watch that also sees changes made before it

@@ -90,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 		{"NoKeepAliveExpires", s.noKeepAliveExpires},
 		{"MinHold", s.minHold},
 		{"LockDelay", s.lockDelay},
+		{"WatchHolders", s.watchHolders},
 		{"CrashedHolderExpires", s.crashedHolderExpires},
 		{"LostLeaseNotified", s.lostLeaseNotified},
 		{"ReleaseForms", s.releaseForms},
@@ -671,6 +672,103 @@ func (s *suite) lockDelay(t *testing.T) {
 	release(t, ctx, mustTry(t, ctx, b, n, nil))
 	if _, err := a.TryLock(ctx, n, &baton.LockOptions{LockDelay: -time.Second}); !errors.Is(err, baton.ErrInvalid) {
 		t.Errorf("negative LockDelay: %v, want ErrInvalid", err)
+	}
+}
+
+// watchHolders checks Client.WatchHolders: the holders at once, then
+// every grant and release, and a hold that expires unreleased when it
+// expires. A store that can tell (a driver.HolderWatcher that does not
+// answer errors.ErrUnsupported) must wake it: with a poll of a minute, the
+// changes still come within a second or two. Close ends the watch.
+func (s *suite) watchHolders(t *testing.T) {
+	ctx := s.ctx(t)
+	st := s.cfg.Open(t)
+	n := name(t)
+	notifies := false
+	if hw, ok := st.(driver.HolderWatcher); ok {
+		w, err := hw.WatchHolders(ctx, n+"/probe")
+		switch {
+		case err == nil:
+			notifies = true
+			w.Close()
+		case !errors.Is(err, errors.ErrUnsupported):
+			t.Fatalf("WatchHolders: %v", err)
+		}
+	}
+	poll := s.d(50 * time.Millisecond)
+	if notifies {
+		poll = time.Minute
+	}
+	a, err := baton.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := s.client(t, nil)
+	hs, err := a.WatchHolders(ctx, n, poll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string, want ...*baton.Lease) []baton.LockInfo {
+		t.Helper()
+		select {
+		case h, ok := <-hs:
+			if !ok {
+				t.Fatalf("%s: the watch ended", what)
+			}
+			if len(h) != len(want) {
+				t.Fatalf("%s: holders %v, want %d", what, h, len(want))
+			}
+			for i, l := range want {
+				if l != nil && (h[i].Owner != l.Owner() || h[i].Token != l.Token()) {
+					t.Fatalf("%s: holder %d is %s (token %d), want %s (token %d)", what, i, h[i].Owner, h[i].Token, l.Owner(), l.Token())
+				}
+			}
+			return h
+		case <-time.After(s.d(2 * time.Second)):
+			t.Fatalf("%s: no holders sent within %v (store notifies: %v)", what, s.d(2*time.Second), notifies)
+		}
+		return nil
+	}
+	next("at the start")
+	l := mustTry(t, ctx, b, n, nil)
+	next("after a grant", l)
+	release(t, ctx, l)
+	next("after the release")
+	r1 := mustTry(t, ctx, b, n, &baton.LockOptions{Shared: true})
+	next("after a shared grant", r1)
+	r2 := mustTry(t, ctx, a, n, &baton.LockOptions{Shared: true})
+	next("after a second shared grant", r1, r2)
+	release(t, ctx, r1)
+	next("after a shared release", r2)
+	release(t, ctx, r2)
+	next("after the last release")
+	if !s.cfg.SessionBound {
+		// A holder that never renews nor releases: its expiry is no write,
+		// and is seen when it comes.
+		raw := s.cfg.Open(t)
+		defer raw.Close()
+		ttl := s.d(500 * time.Millisecond)
+		sent := time.Now()
+		if _, err := raw.Acquire(ctx, &driver.Request{Name: n, Owner: baton.NewOwner(), Mode: driver.Exclusive, TTL: ttl, Host: "crashed"}); err != nil {
+			t.Fatalf("driver Acquire: %v", err)
+		}
+		next("after a crashed holder's grant", nil)
+		next("after its expiry")
+		// Listings may judge by an upper bound of the store's clock
+		// (Elasticsearch's cached one): a little early, never much.
+		if d := time.Since(sent); d < ttl-s.d(50*time.Millisecond) {
+			t.Errorf("expiry seen %v after the grant, well before its TTL %v", d, ttl)
+		}
+	}
+	a.Close()
+	select {
+	case _, ok := <-hs:
+		if ok {
+			t.Error("the watch sent holders after Close")
+		}
+	case <-time.After(s.d(2 * time.Second)):
+		t.Error("Close did not end the watch")
 	}
 }
 

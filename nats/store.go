@@ -380,8 +380,8 @@ type keyWatch struct {
 
 // waiter is one waiting request.
 type waiter struct {
-	req driver.Request
-	ch  chan struct{} // closed when an update may grant req
+	req *driver.Request // nil: any update
+	ch  chan struct{}   // closed when an update may grant req
 }
 
 const linger = 5 * time.Second
@@ -393,11 +393,24 @@ const linger = 5 * time.Second
 // every waiter. It returns once the watcher follows the key, so that no
 // change after the call is missed.
 func (b *bucket) NotifyRequest(ctx context.Context, req *driver.Request) (<-chan struct{}, func(), error) {
+	r := *req
+	return b.notify(ctx, req.Name, &r)
+}
+
+// Notify implements records.Notifier: the channel is closed by the next
+// update of the name's key, whatever it is (for a holder watch).
+func (b *bucket) Notify(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.notify(ctx, name, nil)
+}
+
+// notify registers a waiter of name for the updates that may grant req
+// (every update if req is nil).
+func (b *bucket) notify(ctx context.Context, name string, req *driver.Request) (<-chan struct{}, func(), error) {
 	if err := b.check(); err != nil {
 		return nil, nil, err
 	}
-	key := keyOf(req.Name)
-	wt := &waiter{req: *req, ch: make(chan struct{})}
+	key := keyOf(name)
+	wt := &waiter{req: req, ch: make(chan struct{})}
 	b.wmu.Lock()
 	if b.closed.Load() {
 		b.wmu.Unlock()
@@ -431,7 +444,7 @@ func (b *bucket) NotifyRequest(ctx context.Context, req *driver.Request) (<-chan
 	case <-kw.ready:
 		if kw.err != nil {
 			stop()
-			return nil, nil, fmt.Errorf("nats: watching lock %q: %w", req.Name, kw.err)
+			return nil, nil, fmt.Errorf("nats: watching lock %q: %w", name, kw.err)
 		}
 		return wt.ch, stop, nil
 	case <-ctx.Done():
@@ -500,8 +513,8 @@ func (b *bucket) watch(key string, kw *keyWatch) {
 		b.wmu.Lock()
 		for wt := range kw.waiters {
 			// Anything but a state that refuses the request wakes it.
-			if st != nil && !now.IsZero() {
-				if _, err := st.Clone().Acquire(&wt.req, now); err != nil {
+			if wt.req != nil && st != nil && !now.IsZero() {
+				if _, err := st.Clone().Acquire(wt.req, now); err != nil {
 					continue
 				}
 			}

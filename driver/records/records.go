@@ -10,7 +10,9 @@ package records
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-go/baton/driver"
@@ -86,6 +88,16 @@ type Store struct {
 	mu      sync.Mutex
 	names   map[string]*gen // waiters' generations, by name
 	pruneAt int             // len(names) at which prune next scans them
+
+	// followed are the names a holder watch follows on a local store: the
+	// channel is closed and replaced on every change of the name.
+	followed  map[string]*follow
+	nfollowed atomic.Int32 // len(followed), read without s.mu
+}
+
+type follow struct {
+	ch   chan struct{}
+	refs int
 }
 
 // gen is the generation of a name's changes seen in this process.
@@ -184,7 +196,107 @@ func (s *Store) update(ctx context.Context, names []string, fn func(i int, st *l
 		return nil, err
 	}
 	s.freed(names, sts)
+	if s.nfollowed.Load() > 0 {
+		s.changed(names, sts)
+	}
 	return sts, nil
+}
+
+// changed wakes the holder watches of names whose state changed.
+func (s *Store) changed(names []string, sts []*lockstate.State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, st := range sts {
+		if f := s.followed[names[i]]; f != nil && st != nil && st.Dirty {
+			close(f.ch)
+			f.ch = make(chan struct{})
+		}
+	}
+}
+
+// WatchHolders implements driver.HolderWatcher: on a local store a holder
+// watch is woken by every change of the name's record; on others, by the
+// store's notifications (Notifier), if it has them.
+func (s *Store) WatchHolders(ctx context.Context, name string) (driver.Watch, error) {
+	n, notifies := s.r.(Notifier)
+	if !s.local && !notifies {
+		return nil, fmt.Errorf("records: the store cannot tell when a record changes: %w", errors.ErrUnsupported)
+	}
+	w := &holderWatch{s: s, name: name}
+	if s.local {
+		s.mu.Lock()
+		if s.followed == nil {
+			s.followed = map[string]*follow{}
+		}
+		f := s.followed[name]
+		if f == nil {
+			f = &follow{ch: make(chan struct{})}
+			s.followed[name] = f
+			s.nfollowed.Add(1)
+		}
+		f.refs++
+		w.f, w.ch = f, f.ch
+		s.mu.Unlock()
+		return w, nil
+	}
+	ch, stop, err := n.Notify(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	w.note, w.stopNote = ch, stop
+	return w, nil
+}
+
+// holderWatch is a holder watch of one name.
+type holderWatch struct {
+	s        *Store
+	name     string
+	f        *follow         // local stores
+	ch       chan struct{}   // the generation of f last waited for
+	note     <-chan struct{} // other stores: the store's notification
+	stopNote func()
+	closed   bool
+}
+
+// Wait implements driver.Watch.
+func (w *holderWatch) Wait(ctx context.Context) error {
+	select {
+	case <-w.ch: // nil unless local
+		w.s.mu.Lock()
+		w.ch = w.f.ch
+		w.s.mu.Unlock()
+	case <-w.note: // nil for a local store
+		w.stopNote()
+		ch, stop, err := w.s.r.(Notifier).Notify(ctx, w.name)
+		if err != nil {
+			w.note, w.stopNote = nil, func() {}
+			return err
+		}
+		w.note, w.stopNote = ch, stop
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Close implements driver.Watch.
+func (w *holderWatch) Close() error {
+	if w.stopNote != nil {
+		w.stopNote()
+	}
+	if w.f == nil {
+		return nil
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if !w.closed {
+		w.closed = true
+		if w.f.refs--; w.f.refs == 0 && w.s.followed[w.name] == w.f {
+			delete(w.s.followed, w.name)
+			w.s.nfollowed.Add(-1)
+		}
+	}
+	return nil
 }
 
 func (s *Store) grant(st *lockstate.State, owner string) *driver.Grant {
