@@ -699,6 +699,7 @@ func (s *suite) watchHolders(t *testing.T) {
 	if notifies {
 		poll = time.Minute
 	}
+	t.Logf("the store wakes holder watches: %v", notifies)
 	a, err := baton.New(st, nil)
 	if err != nil {
 		t.Fatal(err)

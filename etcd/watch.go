@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/metadata"
@@ -295,4 +296,49 @@ func (s *Store) keepStream(ctx context.Context) {
 		s.streams[key] = ch
 		s.mu.Unlock()
 	}()
+}
+
+// WatchHolders implements driver.HolderWatcher: one etcd watch on the
+// name's keys, created before it returns; every put or deletion of one (a
+// request, a grant, a release, a session's end) wakes it.
+func (s *Store) WatchHolders(ctx context.Context, name string) (driver.Watch, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+	stop := context.AfterFunc(ctx, cancel) // until created, ctx bounds it
+	wch := s.cli.Watch(wctx, s.nameRange(name), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	_, ok := created(wctx, wch)
+	if !stop() || !ok {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("etcd: watching lock %q: the watch was not created", name)
+	}
+	return &holderWatch{wch: wch, cancel: cancel}, nil
+}
+
+type holderWatch struct {
+	wch    clientv3.WatchChan
+	cancel context.CancelFunc
+}
+
+// Wait implements driver.Watch.
+func (w *holderWatch) Wait(ctx context.Context) error {
+	select {
+	case wr, ok := <-w.wch:
+		if !ok || wr.Canceled {
+			return errors.New("etcd: the watch of the lock ended")
+		}
+		return wr.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close implements driver.Watch.
+func (w *holderWatch) Close() error {
+	w.cancel()
+	return nil
 }

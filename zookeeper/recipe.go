@@ -1271,3 +1271,96 @@ var (
 	_ driver.Store  = (*Store)(nil)
 	_ driver.Waiter = (*Store)(nil)
 )
+
+// WatchHolders implements driver.HolderWatcher: a children watch on the
+// name's node (an exists watch while it has none), set before it returns
+// and again by each Wait after it fired; a change of the children (a
+// request, a grant, a release, a session's end) wakes it.
+func (s *Store) WatchHolders(ctx context.Context, name string) (driver.Watch, error) {
+	w := &holderWatch{s: s, parent: s.parentPath(name), cversion: -2}
+	if _, err := w.arm(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+type holderWatch struct {
+	s        *Store
+	parent   string
+	ch       <-chan zk.Event // the watch set, until it fires
+	sess     *session
+	cversion int32 // of the children when the watch was set; -1: no node
+}
+
+// arm sets the watch and reports whether the children changed since the
+// last one was set.
+func (w *holderWatch) arm(ctx context.Context) (bool, error) {
+	sess, err := w.s.live(ctx)
+	if err != nil {
+		return false, err
+	}
+	var ch <-chan zk.Event
+	cv := int32(-1)
+	err = w.s.do(ctx, sess, func(c *zk.Conn) error {
+		_, st, wch, err := c.ChildrenW(w.parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			var ok bool
+			ok, _, wch, err = c.ExistsW(w.parent)
+			if err == nil && ok {
+				return errRetryWatch // created meanwhile
+			}
+			ch = wch
+			return err
+		}
+		if err == nil {
+			ch, cv = wch, st.Cversion
+		}
+		return err
+	})
+	if errors.Is(err, errRetryWatch) {
+		return true, nil // the next Wait sets it again
+	}
+	if err != nil {
+		return false, err
+	}
+	changed := w.cversion != -2 && cv != w.cversion
+	w.ch, w.sess, w.cversion = ch, sess, cv
+	return changed, nil
+}
+
+var errRetryWatch = errors.New("zookeeper: the node was created while the watch was set")
+
+// Wait implements driver.Watch.
+func (w *holderWatch) Wait(ctx context.Context) error {
+	if w.ch == nil || isClosed(w.sess.done) {
+		changed, err := w.arm(ctx)
+		if err != nil || changed || w.ch == nil {
+			return err
+		}
+	}
+	select {
+	case <-w.ch:
+		w.ch = nil
+		return nil
+	case <-w.sess.done:
+		w.ch = nil // a new session sets the watch again
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.s.quit:
+		return ErrClosed
+	}
+}
+
+// Close implements driver.Watch: ZooKeeper's watches cannot be removed;
+// the one set fires once, or ends with the session.
+func (w *holderWatch) Close() error { return nil }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
