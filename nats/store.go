@@ -156,6 +156,31 @@ func (b *bucket) check() error {
 	return nil
 }
 
+// connected waits, bounded by ctx, while the connection reconnects: a
+// request sent meanwhile would fail at once, as publishes are not buffered.
+func (b *bucket) connected(ctx context.Context) error {
+	for {
+		switch b.nc.Status() {
+		case natsgo.CONNECTED:
+			return nil
+		case natsgo.CLOSED:
+			return errors.New("nats: the connection is closed")
+		}
+		if err := driver.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("nats: waiting for the connection to the server: %w", err)
+		}
+	}
+}
+
+// connErr explains the client's error for a request that found the
+// connection down.
+func connErr(err error) error {
+	if errors.Is(err, natsgo.ErrReconnectBufExceeded) || errors.Is(err, natsgo.ErrConnectionReconnecting) {
+		return fmt.Errorf("the connection to the server is down: %w", err)
+	}
+	return err
+}
+
 // --- keys ------------------------------------------------------------------
 
 // keyOf is the key of a lock name: letters, digits and '-' as they are,
@@ -190,12 +215,15 @@ type record struct {
 // read returns the state of name and the revision of its key (0 if it has
 // none).
 func (b *bucket) read(ctx context.Context, name string) (*lockstate.State, uint64, error) {
+	if err := b.connected(ctx); err != nil {
+		return nil, 0, err
+	}
 	e, err := b.kv.Get(ctx, keyOf(name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &lockstate.State{}, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("nats: reading lock %q: %w", name, err)
+		return nil, 0, fmt.Errorf("nats: reading lock %q: %w", name, connErr(err))
 	}
 	st, err := decode(name, e.Value())
 	return st, e.Revision(), err
@@ -273,7 +301,7 @@ func (b *bucket) apply(ctx context.Context, name string, fn func(*lockstate.Stat
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			continue
 		default:
-			return fmt.Errorf("nats: writing lock %q: %w", name, err)
+			return fmt.Errorf("nats: writing lock %q: %w", name, connErr(err))
 		}
 	}
 }
@@ -321,6 +349,9 @@ func (b *bucket) Scan(ctx context.Context, name, prefix string, fn func(string, 
 		st   *lockstate.State
 	}
 	var recs []rec
+	if err := b.connected(ctx); err != nil {
+		return err
+	}
 	w, err := b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("nats: listing bucket %s: %w", b.name, err)
