@@ -47,6 +47,11 @@
 // driver.Waiter); elsewhere they poll with jittered exponential backoff,
 // never more often than needed and never less often than Options.MaxPoll.
 //
+// Client.WatchHolders follows who holds a name without taking it (and
+// Election.Observe, the leader): woken by the store where it can tell of
+// every grant and release (driver.HolderWatcher), polled elsewhere, and
+// read again when the earliest hold's TTL runs out.
+//
 // # Design
 //
 // The portable type is Client; stores implement the small interface in

@@ -195,6 +195,32 @@ func ExampleClient_RenewOwner() {
 	// renewed orders/18 for 2m0s
 }
 
+// WatchHolders follows who holds a lock, without taking it: each grant,
+// release and expiry, as the store reports it.
+func ExampleClient_WatchHolders() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	holders, err := client.WatchHolders(ctx, "reports/nightly", 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holders at first:", len(<-holders))
+
+	lease, _ := client.TryLock(ctx, "reports/nightly", &baton.LockOptions{Owner: "cron-a"})
+	hs := <-holders
+	fmt.Println("held by", hs[0].Owner, "with token", hs[0].Token == lease.Token())
+
+	lease.Release(ctx)
+	fmt.Println("holders after the release:", len(<-holders))
+	// Output:
+	// holders at first: 0
+	// held by cron-a with token true
+	// holders after the release: 0
+}
+
 // An election by hand: Campaign waits to lead, Proclaim changes the value
 // the leader announces, Observe follows the leader, Resign steps down.
 func ExampleElection() {
