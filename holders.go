@@ -13,12 +13,12 @@ import (
 // then each time they change (a grant, a release, a hold that expired or
 // was taken over), until ctx ends or the client is closed; then it closes
 // the channel. A renewal is no change. On a store that can tell (a
-// driver.HolderWatcher: mem, SQLite, NATS, etcd, ZooKeeper) the store
-// wakes it; on the others it reads the holders every poll interval (the
-// client's MaxPoll if poll is zero). On every store it reads them again
-// when the earliest hold's TTL runs out, so that an expiry is seen when it
-// happens. A read that fails is tried again at the next wake-up, at most a
-// second later.
+// driver.HolderWatcher: mem, SQLite, NATS, etcd, ZooKeeper, MongoDB
+// replica sets) the store wakes it; on the others it reads the holders
+// every poll interval (the client's MaxPoll if poll is zero). On every
+// store it reads them again when the earliest hold's TTL runs out, so that
+// an expiry is seen when it happens. A read that fails is tried again at
+// the next wake-up, at most a second later.
 func (c *Client) WatchHolders(ctx context.Context, name string, poll time.Duration) (<-chan []LockInfo, error) {
 	if err := checkName(name); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -255,4 +256,65 @@ func (s *stream) close() {
 		cancel()
 	}
 	s.wg.Wait()
+}
+
+// WatchHolders implements driver.HolderWatcher: a change stream of the
+// name's document, open while it is followed; every write of the document
+// (a grant, a release, a renewal too) wakes it. A deployment without
+// change streams (a standalone server) answers errors.ErrUnsupported, and
+// baton polls.
+func (s *Store) WatchHolders(ctx context.Context, name string) (driver.Watch, error) {
+	if err := s.d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	if s.d.closed.Load() {
+		return nil, ErrClosed
+	}
+	match := mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "documentKey._id", Value: name}}}}}
+	cs, err := s.d.coll.Watch(ctx, match, options.ChangeStream().SetMaxAwaitTime(time.Second))
+	if err != nil {
+		var ce mongo.CommandError
+		if errors.As(err, &ce) && ce.Code == 40573 {
+			return nil, fmt.Errorf("mongo: no change streams on this deployment: %w", errors.ErrUnsupported)
+		}
+		return nil, fmt.Errorf("mongo: watching lock %q: %w", name, err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	w := &holderWatch{ch: make(chan struct{}, 1), done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(w.done)
+		defer cs.Close(context.Background())
+		for cs.Next(sctx) {
+			select {
+			case w.ch <- struct{}{}:
+			default: // a wake-up is pending already
+			}
+		}
+	}()
+	return w, nil
+}
+
+type holderWatch struct {
+	ch     chan struct{} // holds a wake-up not yet taken
+	done   chan struct{} // closed when the stream ended
+	cancel context.CancelFunc
+}
+
+// Wait implements driver.Watch.
+func (w *holderWatch) Wait(ctx context.Context) error {
+	select {
+	case <-w.ch:
+		return nil
+	case <-w.done:
+		return errors.New("mongo: the change stream of the lock ended")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close implements driver.Watch: it closes the stream.
+func (w *holderWatch) Close() error {
+	w.cancel()
+	<-w.done
+	return nil
 }
