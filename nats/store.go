@@ -74,6 +74,9 @@ type bucket struct {
 	name  string
 	clk   clock
 
+	kmu         sync.Mutex
+	knownValues map[string]knownValue // by key
+
 	wmu      sync.Mutex
 	watches  map[string]*keyWatch // by key, for names this Store's waiters wait for
 	watching sync.WaitGroup       // the watches' goroutines
@@ -117,7 +120,7 @@ func New(ctx context.Context, nc *natsgo.Conn, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: bucket %s: %w", o.Bucket, err)
 	}
-	b := &bucket{nc: nc, kv: kv, name: o.Bucket, watches: map[string]*keyWatch{}, clk: clock{turn: make(chan struct{}, 1)}}
+	b := &bucket{nc: nc, kv: kv, name: o.Bucket, watches: map[string]*keyWatch{}, knownValues: map[string]knownValue{}, clk: clock{turn: make(chan struct{}, 1)}}
 	// Waiters are woken by the bucket's watcher; the poll is the fallback
 	// for a watcher that could not start.
 	return &Store{Store: records.New(b, nil), b: b}, nil
@@ -226,6 +229,9 @@ func (b *bucket) read(ctx context.Context, name string) (*lockstate.State, uint6
 		return nil, 0, fmt.Errorf("nats: reading lock %q: %w", name, connErr(err))
 	}
 	st, err := decode(name, e.Value())
+	if err == nil {
+		b.remember(e.Key(), e.Revision(), e.Value())
+	}
 	return st, e.Revision(), err
 }
 
@@ -273,9 +279,14 @@ func (b *bucket) apply(ctx context.Context, name string, fn func(*lockstate.Stat
 				return err
 			}
 		}
-		st, rev, err := b.read(ctx, name)
-		if err != nil {
-			return err
+		// The first attempt starts from the key's last known value, if
+		// any: the write's revision check catches a stale one.
+		st, rev, known := b.known(name, key, attempt)
+		if !known {
+			var err error
+			if st, rev, err = b.read(ctx, name); err != nil {
+				return err
+			}
 		}
 		low, high, err := b.clk.bounds(ctx, b.kv)
 		if err != nil {
@@ -283,6 +294,9 @@ func (b *bucket) apply(ctx context.Context, name string, fn func(*lockstate.Stat
 		}
 		ferr := fn(st, low)
 		if !st.Dirty {
+			if known {
+				continue // a decision to write nothing is made on a fresh read
+			}
 			return ferr
 		}
 		fix(st, low, high)
@@ -290,20 +304,72 @@ func (b *bucket) apply(ctx context.Context, name string, fn func(*lockstate.Stat
 		if err != nil {
 			return fmt.Errorf("nats: encoding lock %q: %w", name, err)
 		}
+		var nrev uint64
 		if rev == 0 {
-			_, err = b.kv.Create(ctx, key, v)
+			nrev, err = b.kv.Create(ctx, key, v)
 		} else {
-			_, err = b.kv.Update(ctx, key, v, rev)
+			nrev, err = b.kv.Update(ctx, key, v, rev)
 		}
 		switch {
 		case err == nil:
+			b.remember(key, nrev, v)
 			return ferr
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			b.forget(key)
 			continue
 		default:
+			b.forget(key)
 			return fmt.Errorf("nats: writing lock %q: %w", name, connErr(err))
 		}
 	}
+}
+
+// The last known value of keys: what this Store wrote or read last, and
+// what its watchers saw. A decision that starts from it saves a Get; the
+// revision its write is conditional on makes a stale one harmless.
+type knownValue struct {
+	rev uint64
+	v   []byte
+}
+
+// maxKnown bounds the known values kept; beyond it they are all dropped.
+const maxKnown = 4096
+
+func (b *bucket) known(name, key string, attempt int) (*lockstate.State, uint64, bool) {
+	if attempt > 0 {
+		return nil, 0, false
+	}
+	b.kmu.Lock()
+	k, ok := b.knownValues[key]
+	b.kmu.Unlock()
+	if !ok {
+		return nil, 0, false
+	}
+	st, err := decode(name, k.v)
+	if err != nil {
+		return nil, 0, false
+	}
+	return st, k.rev, true
+}
+
+// remember keeps v as the value of key at revision rev, unless a later
+// one is known.
+func (b *bucket) remember(key string, rev uint64, v []byte) {
+	b.kmu.Lock()
+	defer b.kmu.Unlock()
+	if k, ok := b.knownValues[key]; ok && k.rev >= rev {
+		return
+	}
+	if len(b.knownValues) >= maxKnown {
+		clear(b.knownValues)
+	}
+	b.knownValues[key] = knownValue{rev, v}
+}
+
+func (b *bucket) forget(key string) {
+	b.kmu.Lock()
+	delete(b.knownValues, key)
+	b.kmu.Unlock()
 }
 
 // fix moves the times a decision made at now set (equal to now) to high,
@@ -538,7 +604,10 @@ func (b *bucket) watch(key string, kw *keyWatch) {
 			var r record
 			if json.Unmarshal(e.Value(), &r) == nil {
 				st = &r.State
+				b.remember(key, e.Revision(), e.Value())
 			}
+		} else {
+			b.forget(key)
 		}
 		now := b.clk.low()
 		b.wmu.Lock()
