@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -263,5 +264,49 @@ func TestReleaseWakesTheHeadOnly(t *testing.T) {
 				l.Release(ctx)
 			}
 		}
+	})
+}
+
+// A Store whose last known value of a key is stale decides on the key as
+// it is: a write on the stale revision fails and is decided again, and a
+// refusal is never made on the stale value.
+func TestStaleKnownValue(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		newClient := func() *baton.Client {
+			c, err := baton.New(open(t, bucket), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		a, b := newClient(), newClient()
+		name := fmt.Sprintf("stale-%d", time.Now().UnixNano())
+		// a knows the key free; b takes it: a's write on the old revision
+		// fails, and a finds it held.
+		l, err := a.TryLock(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+		lb, err := b.TryLock(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, err := a.TryLock(ctx, name, nil); !errors.Is(err, baton.ErrLocked) {
+			t.Fatalf("TryLock on a stale free value: %v, %v; want ErrLocked", l2, err)
+		}
+		// a knows it held by b; b releases: a's refusal would be stale, and
+		// a is granted.
+		lb.Release(ctx)
+		l3, err := a.TryLock(ctx, name, nil)
+		if err != nil {
+			t.Fatalf("TryLock on a stale held value: %v", err)
+		}
+		if l3.Token() <= lb.Token() {
+			t.Errorf("token %d after %d", l3.Token(), lb.Token())
+		}
+		l3.Release(ctx)
 	})
 }
