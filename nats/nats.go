@@ -38,9 +38,9 @@
 //
 // # Guarantees and limits
 //
-// Every decision reads the name's key and writes it back only if its
-// revision is still the one read (or creates it only if absent), so no
-// write is ever blind. Fencing tokens survive a restart of the server
+// Every decision reads the name's key (or starts from the value this
+// Store last saw of it) and writes it back only if its revision is still
+// the one read (or creates it only if absent), so no write is ever blind. Fencing tokens survive a restart of the server
 // only if its acknowledged writes do: on a single server that needs
 // JetStream's sync_interval set to always (the default syncs every two
 // minutes, so a crash of the machine may lose the last writes); on a
@@ -54,8 +54,10 @@
 // the server's clock (or a new cluster leader whose clock differs) moves
 // every expiry with it, so keep servers' clocks synchronised (NTP).
 //
-// Waiters are woken by a watcher of the bucket (one per Store, started by
-// its first waiter), not by polling.
+// Waiters are woken by a watcher of the name's key (one per Store and
+// name, started by its first waiter), and only those whose request the
+// new state would grant: a release wakes the head of the queue, not every
+// waiter. Client.WatchHolders is woken by the same watcher.
 package nats
 
 import (

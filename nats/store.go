@@ -59,7 +59,7 @@ func BucketConfig(bucket string, replicas int) jetstream.KeyValueConfig {
 // server or cluster. It is safe for concurrent use.
 //
 // The methods that implement driver.Store (Acquire, Renew, Release, List,
-// Purge, Watch) are its contract with baton's Client, not an application
+// Purge, Watch, WatchHolders) are its contract with baton's Client, not an application
 // API: use the store through baton.New.
 type Store struct {
 	*records.Store
@@ -121,16 +121,16 @@ func New(ctx context.Context, nc *natsgo.Conn, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("nats: bucket %s: %w", o.Bucket, err)
 	}
 	b := &bucket{nc: nc, kv: kv, name: o.Bucket, watches: map[string]*keyWatch{}, knownValues: map[string]knownValue{}, clk: clock{turn: make(chan struct{}, 1)}}
-	// Waiters are woken by the bucket's watcher; the poll is the fallback
-	// for a watcher that could not start.
+	// Waiters are woken by the keys' watchers; records' poll is the
+	// fallback for a watcher that could not start.
 	return &Store{Store: records.New(b, nil), b: b}, nil
 }
 
 // Bucket returns the name of the store's key-value bucket.
 func (s *Store) Bucket() string { return s.b.name }
 
-// Close stops the bucket's watcher and, for a store made by Open, closes
-// its connection.
+// Close stops the keys' watchers and, for a store made by Open, closes its
+// connection.
 func (b *bucket) Close() error {
 	if b.closed.Swap(true) {
 		return nil
@@ -250,8 +250,9 @@ func decode(name string, v []byte) (*lockstate.State, error) {
 
 const maxAttempts = 64
 
-// Update implements records.Records: per name, one Get and, when the state
-// changes, one write conditional on the revision read (or create-only).
+// Update implements records.Records: per name, one Get (none when the
+// key's last value is known) and, when the state changes, one write
+// conditional on the revision read (or create-only).
 func (b *bucket) Update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) error {
 	if err := b.check(); err != nil {
 		return err
