@@ -91,7 +91,7 @@ func (c *clock) sample(ctx context.Context, kv jetstream.KeyValue) error {
 		rev, err := kv.Put(ctx, clockKey, nil)
 		recv := time.Now()
 		if err != nil {
-			return fmt.Errorf("nats: reading the server's clock: %w", err)
+			return fmt.Errorf("nats: reading the server's clock: %w", connErr(err))
 		}
 		e, err := kv.GetRevision(ctx, clockKey, rev)
 		if errors.Is(err, jetstream.ErrKeyNotFound) && attempt < 10 {

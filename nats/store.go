@@ -280,6 +280,9 @@ func (b *bucket) apply(ctx context.Context, name string, fn func(*lockstate.Stat
 				return err
 			}
 		}
+		if err := b.connected(ctx); err != nil {
+			return err
+		}
 		// The first attempt starts from the key's last known value, if
 		// any: the write's revision check catches a stale one.
 		st, rev, known := b.known(name, key, attempt)
