@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 )
@@ -86,4 +87,26 @@ func FillZero[T any](opts, from *T) *T {
 		}
 	}
 	return &out
+}
+
+// EscapeName writes every byte of s other than ASCII letters, digits and
+// the bytes of keep as mark and two upper-case hex digits, for stores
+// whose keys or paths take only such characters. With mark not in keep it
+// is one-to-one, and EscapeName(p) is a prefix of EscapeName(s) exactly
+// when p is a prefix of s, so listings by prefix carry over.
+func EscapeName(s string, mark byte, keep string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(keep, c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte(mark)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
 }

@@ -27,3 +27,19 @@ func TestFillZero(t *testing.T) {
 		t.Error("FillZero returned the caller's Options, not a copy")
 	}
 }
+
+func TestEscapeName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"aZ9-_", "aZ9-%5F"},
+		{"a/b.c é", "a%2Fb%2Ec%20%C3%A9"},
+		{"%", "%25"},
+	} {
+		if got := driver.EscapeName(tc.in, '%', "-"); got != tc.want {
+			t.Errorf("EscapeName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := driver.EscapeName("a_b-c", '%', "-_"); got != "a_b-c" {
+		t.Errorf("kept bytes escaped: %q", got)
+	}
+}

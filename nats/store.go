@@ -189,22 +189,7 @@ func connErr(err error) error {
 // keyOf is the key of a lock name: letters, digits and '-' as they are,
 // every other byte as '_' and two hex digits. Keys keep the order and
 // prefixes of names, and no name's key is clockKey.
-func keyOf(name string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(name))
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			b.WriteByte('_')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
-	return b.String()
-}
+func keyOf(name string) string { return driver.EscapeName(name, '_', "-") }
 
 // clockKey is the key the store writes to read the server's clock.
 const clockKey = "=clock"

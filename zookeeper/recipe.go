@@ -71,22 +71,7 @@ func (d *nodeData) ttl() time.Duration {
 // '_' as %XX: a valid node name that cannot be ".", ".." or contain "/",
 // one-to-one, and such that escape(p) is a prefix of escape(s) exactly
 // when p is a prefix of s.
-func escape(s string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' {
-			b.WriteByte(c)
-		} else {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
-	return b.String()
-}
+func escape(s string) string { return driver.EscapeName(s, '%', "-_") }
 
 // unescape reverses escape.
 func unescape(s string) (string, bool) {
