@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -109,4 +110,14 @@ func EscapeName(s string, mark byte, keep string) string {
 		}
 	}
 	return b.String()
+}
+
+// ParseURL is url.Parse whose error leaves the URL out: a store's URL may
+// hold a password.
+func ParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return nil, ue.Err
+	}
+	return u, err
 }

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,15 @@ func TestEscapeName(t *testing.T) {
 	}
 	if got := driver.EscapeName("a_b-c", '%', "-_"); got != "a_b-c" {
 		t.Errorf("kept bytes escaped: %q", got)
+	}
+}
+
+func TestParseURLHidesTheURL(t *testing.T) {
+	_, err := driver.ParseURL("redis://user:s3cret@host:port%zz/0")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("ParseURL of a bad URL: %v, want an error without the password", err)
+	}
+	if u, err := driver.ParseURL("redis://h:1/0"); err != nil || u.Host != "h:1" {
+		t.Errorf("ParseURL of a good URL: %v, %v", u, err)
 	}
 }

@@ -121,11 +121,8 @@ func parseURL(rawURL string, opts *Options) (*HTTPTransport, *Options, error) {
 	if opts != nil {
 		o = *opts
 	}
-	u, err := url.Parse(rawURL)
+	u, err := driver.ParseURL(rawURL)
 	if err != nil {
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
-		}
 		return nil, nil, fmt.Errorf("elastic: bad URL: %w", err)
 	}
 	scheme := "http"

@@ -150,11 +150,8 @@ func parseURL(rawURL string, opts *Options) ([]string, *natsgo.Options, *Options
 	if opts != nil {
 		o = *opts
 	}
-	u, err := url.Parse(rawURL)
+	u, err := driver.ParseURL(rawURL)
 	if err != nil {
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
-		}
 		return nil, nil, nil, fmt.Errorf("nats: bad URL: %w", err)
 	}
 	nopts := natsgo.GetDefaultOptions()

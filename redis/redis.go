@@ -233,11 +233,8 @@ func parseURL(rawURL string, opts *Options) (*redis.Options, *Options, error) {
 	if opts != nil {
 		o = *opts
 	}
-	u, err := url.Parse(rawURL)
+	u, err := driver.ParseURL(rawURL)
 	if err != nil {
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
-		}
 		return nil, nil, fmt.Errorf("redis: invalid URL: %w", err)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
