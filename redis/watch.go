@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/lockstate"
 )
 
 // A waiting Lock blocks in Wait, on a BLPOP of its owner's mailbox. The
@@ -53,11 +54,8 @@ func (p *prefetch) usable(now time.Time) bool {
 }
 
 // extraFor is how much longer than ttl a handed-over grant lasts in the
-// store: room for the reply and the caller's scheduling. The scripts
-// compute the same (promote).
-func extraFor(ttl time.Duration) time.Duration {
-	return min(max(ttl/20, time.Millisecond), 50*time.Millisecond)
-}
+// store: lockstate's rule, which the scripts compute too (promote).
+func extraFor(ttl time.Duration) time.Duration { return lockstate.HandOffExtra(ttl) }
 
 // mark is a server time taken after a time of this machine.
 type mark struct {

@@ -56,16 +56,19 @@ type State struct {
 
 // Entry is one holder or queue entry.
 type Entry struct {
-	Owner   string            `json:"owner"`
-	Mode    driver.Mode       `json:"mode"`
-	Limit   int               `json:"limit,omitempty"`
-	Token   uint64            `json:"token"` // fencing token, or queue ticket
-	Host    string            `json:"host,omitempty"`
-	Meta    map[string]string `json:"meta,omitempty"`
-	TTL     time.Duration     `json:"ttl"`
-	Created time.Time         `json:"created"`
-	Renewed time.Time         `json:"renewed"`
-	Expires time.Time         `json:"expires"`
+	Owner string            `json:"owner"`
+	Mode  driver.Mode       `json:"mode"`
+	Limit int               `json:"limit,omitempty"`
+	Token uint64            `json:"token"` // fencing token, or queue ticket
+	Host  string            `json:"host,omitempty"`
+	Meta  map[string]string `json:"meta,omitempty"`
+	TTL   time.Duration     `json:"ttl"`
+	// HoldTTL is, for a queue entry, the TTL of the hold it asks for: a
+	// store that hands the lock over (Promote) grants it that.
+	HoldTTL time.Duration `json:"hold_ttl,omitempty"`
+	Created time.Time     `json:"created"`
+	Renewed time.Time     `json:"renewed"`
+	Expires time.Time     `json:"expires"`
 }
 
 // Expire drops holders and queue entries whose time is up at now and
@@ -112,12 +115,8 @@ func (s *State) Acquire(req *driver.Request, now time.Time) (*driver.Grant, erro
 		g.Extended = true
 		return g, nil
 	}
-	if req.Mode == driver.Shared {
-		for _, h := range s.Holders {
-			if h.Mode == driver.Shared && h.Limit != req.Limit {
-				return nil, driver.ErrLimitConflict
-			}
-		}
+	if s.limitConflict(req) {
+		return nil, driver.ErrLimitConflict
 	}
 	qi := find(s.Queue, req.Owner)
 	ahead := s.Queue
@@ -144,20 +143,71 @@ func (s *State) Acquire(req *driver.Request, now time.Time) (*driver.Grant, erro
 			// waiter that polls often does not write each time.
 			q := &s.Queue[qi]
 			if q.Expires.Sub(now) < req.QueueTTL/2 {
-				q.Expires, q.Renewed = now.Add(req.QueueTTL), now
+				q.Expires, q.Renewed, q.HoldTTL = now.Add(req.QueueTTL), now, req.TTL
 				s.Dirty = true
 			}
 		} else {
 			s.Ticket++
 			s.Queue = append(s.Queue, Entry{
 				Owner: req.Owner, Mode: req.Mode, Limit: req.Limit, Token: s.Ticket,
-				Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.QueueTTL,
+				Host: req.Host, Meta: maps.Clone(req.Meta), TTL: req.QueueTTL, HoldTTL: req.TTL,
 				Created: now, Renewed: now, Expires: now.Add(req.QueueTTL),
 			})
 			s.Dirty = true
 		}
 	}
 	return nil, &driver.Busy{After: s.retryAfter(now)}
+}
+
+// Promote grants, at now, the queued requests the rules now let in, in
+// FIFO order, as if each had asked again: for a store that hands the lock
+// over itself when entries leave, so that a waiter need not ask. A
+// promoted hold lasts its HoldTTL plus HandOffExtra of it, since its
+// holder counts its lease from a later moment (when it learns of the
+// grant). A queue entry without a HoldTTL (written before it existed) is
+// left to ask, and so are the entries behind it. Promote returns the
+// owners it granted.
+func (s *State) Promote(name string, now time.Time) []string {
+	s.Expire(name, now)
+	var got []string
+	for len(s.Queue) > 0 {
+		q := s.Queue[0]
+		req := &driver.Request{Mode: q.Mode, Limit: q.Limit}
+		if q.HoldTTL <= 0 || !s.grantable(req, nil) || s.limitConflict(req) {
+			break
+		}
+		s.Queue = slices.Delete(s.Queue, 0, 1)
+		s.Seq++
+		s.Holders = append(s.Holders, Entry{
+			Owner: q.Owner, Mode: q.Mode, Limit: q.Limit, Token: s.Seq,
+			Host: q.Host, Meta: q.Meta, TTL: q.HoldTTL,
+			Created: now, Renewed: now, Expires: now.Add(q.HoldTTL + HandOffExtra(q.HoldTTL)),
+		})
+		s.Dirty = true
+		got = append(got, q.Owner)
+	}
+	return got
+}
+
+// HandOffExtra is how much longer than its TTL a hold granted by Promote
+// lasts: room for telling its owner and the owner's scheduling, 1/20 of
+// the TTL, at least 1ms and at most 50ms.
+func HandOffExtra(ttl time.Duration) time.Duration {
+	return min(max(ttl/20, time.Millisecond), 50*time.Millisecond)
+}
+
+// limitConflict reports whether a shared req asks for another limit than
+// the name's shared holders took it with.
+func (s *State) limitConflict(req *driver.Request) bool {
+	if req.Mode != driver.Shared {
+		return false
+	}
+	for _, h := range s.Holders {
+		if h.Mode == driver.Shared && h.Limit != req.Limit {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *State) grantable(req *driver.Request, ahead []Entry) bool {

@@ -230,3 +230,55 @@ func TestRules(t *testing.T) {
 		t.Fatal("a late poll did not refresh the queue entry")
 	}
 }
+
+// Promote grants the queued requests the rules let in, in FIFO order, each
+// for its own hold TTL plus HandOffExtra, and stops at the first one they
+// do not (or one queued without a hold TTL).
+func TestPromote(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	req := func(owner string, mode driver.Mode, limit int, ttl time.Duration) *driver.Request {
+		return &driver.Request{Name: "n", Owner: owner, Mode: mode, Limit: limit, TTL: ttl, Queue: true, QueueTTL: time.Minute}
+	}
+	var s State
+	for _, r := range []*driver.Request{
+		req("x", driver.Exclusive, 0, time.Minute),
+		req("s1", driver.Shared, 2, 10*time.Second),
+		req("s2", driver.Shared, 2, 20*time.Second),
+		req("s3", driver.Shared, 2, time.Second),
+		req("y", driver.Exclusive, 0, time.Minute),
+	} {
+		s.Acquire(r, now)
+	}
+	if got := s.Promote("n", now); len(got) != 0 {
+		t.Fatalf("promoted %v while x holds", got)
+	}
+	s.Release("n", "x", now)
+	got := s.Promote("n", now)
+	if !slices.Equal(got, []string{"s1", "s2"}) {
+		t.Fatalf("promoted %v, want [s1 s2] (a semaphore of 2)", got)
+	}
+	for i, ttl := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		h := s.Holders[i]
+		if want := ttl + HandOffExtra(ttl); h.Expires.Sub(now) != want || h.TTL != ttl || h.Token != uint64(i+2) {
+			t.Errorf("holder %s: lasts %v, TTL %v, token %d; want %v, %v, %d", h.Owner, h.Expires.Sub(now), h.TTL, h.Token, want, ttl, i+2)
+		}
+	}
+	s.Release("n", "s1", now)
+	if got := s.Promote("n", now); !slices.Equal(got, []string{"s3"}) {
+		t.Fatalf("promoted %v, want [s3]", got)
+	}
+	// An entry queued without a hold TTL asks for itself.
+	s.Queue[0].HoldTTL = 0
+	s.Release("n", "s2", now)
+	s.Release("n", "s3", now)
+	if got := s.Promote("n", now); len(got) != 0 || len(s.Holders) != 0 {
+		t.Fatalf("promoted %v, holders %v; want none", got, s.Holders)
+	}
+	for ttl, want := range map[time.Duration]time.Duration{
+		time.Millisecond: time.Millisecond, time.Second: 50 * time.Millisecond, 400 * time.Millisecond: 20 * time.Millisecond, time.Hour: 50 * time.Millisecond,
+	} {
+		if got := HandOffExtra(ttl); got != want {
+			t.Errorf("HandOffExtra(%v) = %v, want %v", ttl, got, want)
+		}
+	}
+}
