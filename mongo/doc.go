@@ -52,9 +52,15 @@
 // three-member set). With w=1 a failover can lose a grant or repeat a
 // token.
 //
-// Waiters are woken by a change stream, one per Store, open while someone
-// waits (and a second after): it reports the writes that let a holder or
-// queue entry go, and wakes only the waiter at the head of the queue. A
+// The lock is handed over by the server: a write that lets a holder or
+// queue entry go (a release, an expiry it notices) also grants the queued
+// requests that baton's rules now let in, in FIFO order. Waiters are woken
+// by a change stream, one per Store, open while someone waits (and 200ms
+// after): it reports those writes with the name's holders, and a waiter
+// found among them takes its grant without a command of its own (when its
+// last attempt's server time proves the hold outlasts the lease baton
+// counts; otherwise it asks once). So a hand-off costs the release's one
+// write. Other waiters are not woken while no one can be granted. A
 // standalone server has neither change streams nor majority reads: its
 // waiters read the document every Options.Poll (the suite runs on one
 // too), and a grant survives only as long as that server's disk.

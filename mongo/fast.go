@@ -16,11 +16,14 @@ import (
 
 // The common cases are decided on the server, in one write and without a
 // read: an exclusive acquire of a name nobody holds and no one waits
-// ahead for, and the release of a live hold. Each is a pipeline update of
-// the name's document whose filter states the case, with $$NOW for every
-// expiry judgement and every time it sets; it does what lockstate's rules
-// do in that case (drivertest.Model checks it). Anything else goes the
-// general way: a read, lockstate's rules, a compare-and-swap.
+// ahead for, and the release of a live hold, which hands the lock to an
+// exclusive request at the head of the queue. Each is a pipeline update
+// of the name's document whose filter states the case, with $$NOW for
+// every expiry judgement and every time it sets; it does what lockstate's
+// rules, with lockstate.Promote after every write that lets an entry go,
+// do in that case (drivertest.Model, with hand-off, checks it). Anything
+// else goes the general way: a read, lockstate's rules and Promote, a
+// compare-and-swap.
 //
 // Every value a caller gives (owner, host, metadata) enters the pipeline
 // as {$literal: …}, never as an expression or a field path.
@@ -72,12 +75,12 @@ type prefetchKey struct{}
 // document and the server's time: when it wrote nothing (pre is set), the
 // caller decides the general way from them. freed reports that entries
 // left. Requests that are not exclusive go the general way.
-func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.Grant, freed bool, pre *prefetch, err error) {
+func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.Grant, freed bool, pre *prefetch, now time.Time, err error) {
 	if req.Mode != driver.Exclusive {
-		return nil, false, nil, nil
+		return nil, false, nil, now, nil
 	}
 	if err := d.ensure(ctx); err != nil {
-		return nil, false, nil, err
+		return nil, false, nil, now, err
 	}
 	owner := lit(req.Owner)
 	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
@@ -96,13 +99,19 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 	for _, k := range slices.Sorted(maps.Keys(req.Meta)) {
 		meta = append(meta, bson.D{{Key: "k", Value: lit(k)}, {Key: "v", Value: lit(req.Meta[k])}})
 	}
-	entry := func(token any, ttl time.Duration) bson.D {
+	// entry is the owner's holder entry, or with queued its queue entry.
+	entry := func(token any, queued bool) bson.D {
 		e := bson.D{{Key: "o", Value: owner}, {Key: "m", Value: int32(driver.Exclusive)}, {Key: "t", Value: token}}
 		if req.Host != "" {
 			e = append(e, bson.E{Key: "host", Value: lit(req.Host)})
 		}
 		if len(meta) > 0 {
 			e = append(e, bson.E{Key: "meta", Value: meta})
+		}
+		ttl := req.TTL
+		if queued {
+			ttl = req.QueueTTL
+			e = append(e, bson.E{Key: "ht", Value: int64(req.TTL)})
 		}
 		return append(e, bson.E{Key: "ttl", Value: int64(ttl)}, bson.E{Key: "c", Value: "$_now"}, bson.E{Key: "r", Value: "$_now"},
 			bson.E{Key: "x", Value: add("$_now", int64(ttl))})
@@ -124,11 +133,16 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 			{Key: "_dead", Value: bson.D{{Key: "$lt", Value: bson.A{
 				add(size("$_lh"), size("$_lq")), add(size(orEmpty("$h")), size(orEmpty("$q")))}}}},
 		}}},
+		// Entries expired and someone else heads the queue: the lock may be
+		// due to be handed over (lockstate.Promote), which the general way
+		// does; this command writes nothing.
+		{{Key: "$set", Value: bson.D{{Key: "_pro", Value: and("$_dead", bson.D{{Key: "$gt", Value: bson.A{size("$_lq"), 0}}},
+			bson.D{{Key: "$ne", Value: bson.A{field(first("$_lq"), "o"), owner}}})}}}},
 		{{Key: "$set", Value: bson.D{
-			{Key: "_enq", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held"}}}}}},
+			{Key: "_enq", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
 				eq(bson.D{{Key: "$type", Value: "$_mine"}}, "missing"))},
 			// Refresh the owner's queue entry when less than half its time is left.
-			{Key: "_ref", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held"}}}}}},
+			{Key: "_ref", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
 				bson.D{{Key: "$lt", Value: bson.A{bson.D{{Key: "$subtract", Value: bson.A{"$_mine.x", "$_now"}}}, int64(req.QueueTTL / 2)}}})},
 		}}},
 		{{Key: "$set", Value: bson.D{{Key: "_w", Value: bson.D{{Key: "$or", Value: bson.A{"$_free", "$_enq", "$_ref"}}}}}}},
@@ -143,18 +157,18 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 			{Key: "a", Value: cond("$_w", true, "$a")},
 		}}},
 		{{Key: "$set", Value: bson.D{
-			{Key: "h", Value: cond("$_free", bson.A{entry("$seq", req.TTL)}, cond("$_w", "$_lh", "$h"))},
+			{Key: "h", Value: cond("$_free", bson.A{entry("$seq", false)}, cond("$_w", "$_lh", "$h"))},
 			{Key: "q", Value: cond("$_free", filter("$_lq", bson.D{{Key: "$ne", Value: bson.A{"$$this.o", owner}}}),
-				cond("$_enq", bson.D{{Key: "$concatArrays", Value: bson.A{"$_lq", bson.A{entry("$tkt", req.QueueTTL)}}}},
+				cond("$_enq", bson.D{{Key: "$concatArrays", Value: bson.A{"$_lq", bson.A{entry("$tkt", true)}}}},
 					cond("$_ref", bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: "$_lq"}, {Key: "in", Value: cond(eq("$$this.o", owner),
-						bson.D{{Key: "$mergeObjects", Value: bson.A{"$$this", bson.D{{Key: "r", Value: "$_now"}, {Key: "x", Value: add("$_now", int64(req.QueueTTL))}}}}},
+						bson.D{{Key: "$mergeObjects", Value: bson.A{"$$this", bson.D{{Key: "r", Value: "$_now"}, {Key: "x", Value: add("$_now", int64(req.QueueTTL))}, {Key: "ht", Value: int64(req.TTL)}}}}},
 						"$$this")}}}}, "$q")))},
 		}}},
 		{{Key: "$set", Value: bson.D{
 			{Key: "h", Value: cond(and("$_w", eq(size(orEmpty("$h")), 0)), "$$REMOVE", "$h")},
 			{Key: "q", Value: cond(and("$_w", eq(size(orEmpty("$q")), 0)), "$$REMOVE", "$q")},
 		}}},
-		{{Key: "$unset", Value: bson.A{"_now", "_lh", "_lq", "_held", "_mine", "_free", "_dead", "_enq", "_ref", "_w"}}},
+		{{Key: "$unset", Value: bson.A{"_now", "_lh", "_lq", "_held", "_mine", "_free", "_dead", "_pro", "_enq", "_ref", "_w"}}},
 	}
 	var out struct {
 		Doc document      `bson:",inline"`
@@ -167,18 +181,18 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 		if mongo.IsDuplicateKeyError(err) {
 			// Two first acquires of a name raced to insert its document:
 			// the general way reads it.
-			return nil, false, nil, nil
+			return nil, false, nil, now, nil
 		}
-		return nil, false, nil, d.opErr(err)
+		return nil, false, nil, now, d.opErr(err)
 	}
-	now := out.Now.Time().UTC()
+	now = out.Now.Time().UTC()
 	if out.Doc.Ver != ver {
-		return nil, false, &prefetch{name: req.Name, doc: &out.Doc, now: now}, nil
+		return nil, false, &prefetch{name: req.Name, doc: &out.Doc, now: now}, now, nil
 	}
 	freed = out.Doc.Freed != 0
 	for _, h := range out.Doc.Holders {
 		if h.Owner == req.Owner {
-			return &driver.Grant{Token: uint64(h.Token), Created: fromNanos(h.Created), Renewed: fromNanos(h.Renewed), Expires: fromNanos(h.Expires)}, freed, nil, nil
+			return &driver.Grant{Token: uint64(h.Token), Created: fromNanos(h.Created), Renewed: fromNanos(h.Renewed), Expires: fromNanos(h.Expires)}, freed, nil, now, nil
 		}
 	}
 	// Queued: not granted before the first holder's hold runs out.
@@ -188,14 +202,17 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 			after = left
 		}
 	}
-	return nil, freed, nil, &driver.Busy{After: after}
+	return nil, freed, nil, now, &driver.Busy{After: after}
 }
 
 // releaseHeld releases each key whose owner holds its name, live by the
 // server's clock, dropping the name's expired entries as lockstate's
-// Release does; it reports which it released. The others (an expired
-// hold, a queue entry) go the general way. The keys' names are distinct:
-// each write's version tells whether it was the one that matched.
+// Release does, and hands the lock over as lockstate's Promote does when
+// the head of the queue is exclusive: with no holder left, the head's
+// request becomes the holder, with the next token. It reports which keys
+// it released. The others (an expired hold, a queue entry, a shared head
+// of the queue) go the general way. The keys' names are distinct: each
+// write's version tells whether it was the one that matched.
 func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, error) {
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
@@ -203,45 +220,87 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 	out := make([]bool, len(keys))
 	models := make([]mongo.WriteModel, len(keys))
 	vers := make([]int64, len(keys))
+	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
+	// head(q, f) is field f of the first entry of q.
+	head := func(q string, f string) bson.D {
+		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first(q)}}}, {Key: "in", Value: "$$e." + f}}}}
+	}
+	// The promoted hold, from the head of the live queue _lq
+	// (lockstate.Promote): the next token; it lasts its hold TTL plus
+	// lockstate.HandOffExtra of it.
+	ht := "$$e.ht"
+	extra := bson.D{{Key: "$min", Value: bson.A{bson.D{{Key: "$max", Value: bson.A{
+		bson.D{{Key: "$toLong", Value: bson.D{{Key: "$divide", Value: bson.A{ht, 20}}}}}, int64(time.Millisecond)}}}, int64(50 * time.Millisecond)}}}
+	next := bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)}}}
+	promoted := bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first("$_lq")}}}, {Key: "in", Value: bson.D{
+		{Key: "o", Value: "$$e.o"}, {Key: "m", Value: "$$e.m"}, {Key: "t", Value: next},
+		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht},
+		{Key: "c", Value: "$_now"}, {Key: "r", Value: "$_now"},
+		{Key: "x", Value: bson.D{{Key: "$add", Value: bson.A{"$_now", ht, extra}}}},
+	}}}}}
+	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
+	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
+	empty := func(f string) bson.D { return bson.D{{Key: "$eq", Value: bson.A{size(orEmpty(f)), 0}}} }
 	for i, k := range keys {
 		owner := lit(k.Owner)
 		holds := bson.D{{Key: "$gt", Value: bson.A{size(bson.D{{Key: "$filter", Value: bson.D{
 			{Key: "input", Value: orEmpty("$h")},
-			{Key: "cond", Value: bson.D{{Key: "$and", Value: bson.A{
+			{Key: "cond", Value: and(
 				bson.D{{Key: "$eq", Value: bson.A{"$$this.o", owner}}},
-				bson.D{{Key: "$gt", Value: bson.A{"$$this.x", nowNS}}},
-			}}}},
+				bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}},
+			)},
 		}}}), 0}}}
+		// The server can hand over to an exclusive head that has a hold
+		// TTL; any other head is the general way's.
+		simple := bson.D{{Key: "$or", Value: bson.A{
+			empty("$_lq"),
+			and(
+				bson.D{{Key: "$eq", Value: bson.A{head("$_lq", "m"), int32(driver.Exclusive)}}},
+				bson.D{{Key: "$gt", Value: bson.A{head("$_lq", "ht"), int64(0)}}},
+			),
+		}}}
 		vers[i] = newVer()
+		// The filter is the _id alone, which the server finds fastest; the
+		// pipeline leaves a document it does not release as it is (every
+		// field set to its own value, a missing one staying missing), and
+		// the server then writes nothing.
 		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: k.Name}, {Key: "$expr", Value: holds}}).
+			SetFilter(bson.D{{Key: "_id", Value: k.Name}}).
 			SetUpdate(mongo.Pipeline{
+				{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
+				{{Key: "$set", Value: bson.D{{Key: "_lh", Value: live("$h", owner)}, {Key: "_lq", Value: live("$q", owner)}}}},
+				{{Key: "$set", Value: bson.D{{Key: "_ok", Value: and(holds, simple)}}}},
+				{{Key: "$set", Value: bson.D{{Key: "_p", Value: and("$_ok", empty("$_lh"), bson.D{{Key: "$not", Value: bson.A{empty("$_lq")}}})}}}},
 				{{Key: "$set", Value: bson.D{
-					{Key: "h", Value: live("$h", owner)}, {Key: "q", Value: live("$q", owner)},
-					{Key: "v", Value: vers[i]}, {Key: "fr", Value: newVer()},
+					{Key: "seq", Value: cond("$_p", next, "$seq")},
+					{Key: "v", Value: cond("$_ok", vers[i], "$v")},
+					{Key: "fr", Value: cond("$_ok", newVer(), "$fr")},
+					{Key: "h", Value: cond("$_ok", cond("$_p", bson.A{promoted}, "$_lh"), "$h")},
+					{Key: "q", Value: cond("$_ok", cond("$_p",
+						bson.D{{Key: "$slice", Value: bson.A{"$_lq", 1, bson.D{{Key: "$max", Value: bson.A{size("$_lq"), 1}}}}}}, "$_lq"), "$q")},
 				}}},
 				{{Key: "$set", Value: bson.D{
-					{Key: "a", Value: bson.D{{Key: "$cond", Value: bson.A{
-						bson.D{{Key: "$gt", Value: bson.A{bson.D{{Key: "$add", Value: bson.A{size("$h"), size("$q")}}}, 0}}}, true, "$$REMOVE"}}}},
-					{Key: "h", Value: bson.D{{Key: "$cond", Value: bson.A{bson.D{{Key: "$eq", Value: bson.A{size("$h"), 0}}}, "$$REMOVE", "$h"}}}},
-					{Key: "q", Value: bson.D{{Key: "$cond", Value: bson.A{bson.D{{Key: "$eq", Value: bson.A{size("$q"), 0}}}, "$$REMOVE", "$q"}}}},
+					{Key: "a", Value: cond("$_ok", cond(and(empty("$h"), empty("$q")), "$$REMOVE", true), "$a")},
+					{Key: "h", Value: cond(and("$_ok", empty("$h")), "$$REMOVE", "$h")},
+					{Key: "q", Value: cond(and("$_ok", empty("$q")), "$$REMOVE", "$q")},
 				}}},
+				{{Key: "$unset", Value: bson.A{"_now", "_lh", "_lq", "_ok", "_p"}}},
 			})
 	}
 	res, err := d.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return nil, d.opErr(err)
 	}
-	if res.MatchedCount == int64(len(keys)) {
+	if res.ModifiedCount == int64(len(keys)) {
 		for i := range out {
 			out[i] = true
 		}
 		return out, nil
 	}
-	if res.MatchedCount == 0 {
+	if res.ModifiedCount == 0 {
 		return out, nil
 	}
-	// Some matched: the documents that carry this write's versions.
+	// Some released: the documents that carry this write's versions.
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = k.Name
@@ -261,10 +320,15 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 // queued and the change stream did not wake as the head of the queue,
 // which read first and write only if the rules now grant them: waiters'
 // commands would otherwise contend for the document with the writes that
-// matter. The rest goes through the records layer, starting from the
-// document already read.
+// matter. A waiter the lock was handed to gets its grant without asking
+// the server, when that is safe (see handedGrant). The rest goes through
+// the records layer, starting from the document already read.
 func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
 	key := driver.Key{Name: req.Name, Owner: req.Owner}
+	sent := time.Now()
+	if g := s.d.handedGrant(req, sent); g != nil {
+		return g, nil
+	}
 	if s.d.isQueued(key) && !s.d.takeHead(key) {
 		docs, now, err := s.d.read(ctx, []string{req.Name})
 		if err != nil {
@@ -272,18 +336,21 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 		ctx = context.WithValue(ctx, prefetchKey{}, &prefetch{name: req.Name, doc: docs[req.Name], now: now})
 		g, err := s.Store.Acquire(ctx, req)
-		if err == nil || !errors.Is(err, driver.ErrNotGranted) {
-			s.d.setQueued(key, false)
+		switch {
+		case err == nil || !errors.Is(err, driver.ErrNotGranted):
+			s.d.setQueued(key, mark{})
+		case req.Queue:
+			s.d.setQueued(key, mark{sent: sent, server: now})
 		}
 		return g, err
 	}
-	g, freed, pre, err := s.d.acquireFree(ctx, req)
+	g, freed, pre, now, err := s.d.acquireFree(ctx, req)
 	if freed {
 		s.Store.Freed(req.Name)
 	}
 	if err != nil {
 		if errors.Is(err, driver.ErrNotGranted) {
-			s.d.setQueued(key, true)
+			s.d.setQueued(key, mark{sent: sent, server: now})
 		}
 		return nil, err
 	}
@@ -295,9 +362,64 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	}
 	g, err = s.Store.Acquire(ctx, req)
 	if err != nil && req.Queue && errors.Is(err, driver.ErrNotGranted) {
-		s.d.setQueued(key, true)
+		s.d.setQueued(key, mark{sent: sent, server: now})
 	}
 	return g, err
+}
+
+// mark is a time of the server's clock ($$NOW, in milliseconds) read by a
+// command sent at sent (this machine's monotonic clock): the server's
+// clock at any later moment t of this machine is at most server + 1ms +
+// (t - sent), plus 1% of that for clocks that run at different rates.
+type mark struct {
+	sent   time.Time
+	server time.Time // zero: none
+}
+
+// serverBound is the latest the server's clock can read at t.
+func (m mark) serverBound(t time.Time) time.Time {
+	el := t.Sub(m.sent)
+	return m.server.Add(time.Millisecond + el + el/100)
+}
+
+// handedGrant returns the hold the change stream found handed over to
+// req's owner (see watch.go), if baton may count it as a lease of req.TTL
+// from now on. The owner's last refused attempt is the mark:
+//   - the hold must have been created after it: a document the stream
+//     read before the owner's last release may show an earlier hold of the
+//     same owner;
+//   - baton counts a lease from the moment it calls Acquire, so the hold
+//     must last in the store until the server's clock reads, at the
+//     latest, now + req.TTL, which the mark bounds.
+//
+// Otherwise (no mark, a wait so long that drift eats the margin, another
+// mode) Acquire asks the server, which finds the owner holding and extends
+// the hold.
+func (d *docs) handedGrant(req *driver.Request, now time.Time) *driver.Grant {
+	k := driver.Key{Name: req.Name, Owner: req.Owner}
+	d.queuedMu.Lock()
+	e, m := d.handed[k], d.queued[k]
+	delete(d.handed, k)
+	if e != nil {
+		delete(d.queued, k)
+		delete(d.heads, k)
+	}
+	d.queuedMu.Unlock()
+	if e == nil || m.server.IsZero() || driver.Mode(e.Mode) != req.Mode || int(e.Limit) != req.Limit ||
+		!fromNanos(e.Created).After(m.server) || m.serverBound(now).Add(req.TTL).After(fromNanos(e.Expires)) {
+		return nil
+	}
+	return &driver.Grant{Token: uint64(e.Token), Created: fromNanos(e.Created), Renewed: fromNanos(e.Renewed), Expires: fromNanos(e.Expires)}
+}
+
+// setHanded notes the hold the change stream found handed to k.
+func (d *docs) setHanded(k driver.Key, e *entry) {
+	d.queuedMu.Lock()
+	defer d.queuedMu.Unlock()
+	if d.handed == nil || len(d.handed) >= maxQueued {
+		d.handed = map[driver.Key]*entry{}
+	}
+	d.handed[k] = e
 }
 
 // setHead notes that the change stream woke k as the head of its queue:
@@ -326,19 +448,23 @@ const maxQueued = 10000
 func (d *docs) isQueued(k driver.Key) bool {
 	d.queuedMu.Lock()
 	defer d.queuedMu.Unlock()
-	return d.queued[k]
+	_, ok := d.queued[k]
+	return ok
 }
 
-func (d *docs) setQueued(k driver.Key, on bool) {
+// setQueued notes that k is queued, with the mark of its last attempt, or
+// with a zero mark that it is not.
+func (d *docs) setQueued(k driver.Key, m mark) {
 	d.queuedMu.Lock()
 	defer d.queuedMu.Unlock()
 	switch {
-	case !on:
+	case m.sent.IsZero():
 		delete(d.queued, k)
+		delete(d.handed, k)
 	case d.queued == nil || len(d.queued) >= maxQueued:
-		d.queued = map[driver.Key]bool{k: true}
+		d.queued = map[driver.Key]mark{k: m}
 	default:
-		d.queued[k] = true
+		d.queued[k] = m
 	}
 }
 
@@ -350,7 +476,7 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 		return []bool{}, nil
 	}
 	for _, k := range keys {
-		s.d.setQueued(k, false)
+		s.d.setQueued(k, mark{})
 		s.d.takeHead(k)
 	}
 	// The first key of each name goes to the server; a second key of a

@@ -156,8 +156,9 @@ type docs struct {
 	ready   atomic.Bool // the server was checked and the indexes exist
 
 	queuedMu sync.Mutex
-	queued   map[driver.Key]bool // waiters this store queued (see Store.Acquire)
-	heads    map[driver.Key]bool // waiters the change stream woke as the head of the queue
+	queued   map[driver.Key]mark   // waiters this store queued (see Store.Acquire)
+	heads    map[driver.Key]bool   // waiters the change stream woke as the head of the queue
+	handed   map[driver.Key]*entry // holds the change stream found handed to waiters
 
 	stream stream
 	closed atomic.Bool

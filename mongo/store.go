@@ -47,6 +47,7 @@ type entry struct {
 	Host    string `bson:"host,omitempty"`
 	Meta    []kv   `bson:"meta,omitempty"`
 	TTL     int64  `bson:"ttl"`
+	HoldTTL int64  `bson:"ht,omitempty"` // a queue entry's: the TTL of the hold it asks for
 	Created int64  `bson:"c"`
 	Renewed int64  `bson:"r"`
 	Expires int64  `bson:"x"`
@@ -88,7 +89,7 @@ func toEntries(es []lockstate.Entry) []entry {
 		}
 		out[i] = entry{
 			Owner: e.Owner, Mode: int32(e.Mode), Limit: int32(e.Limit), Token: int64(e.Token), Host: e.Host, Meta: meta,
-			TTL: int64(e.TTL), Created: nanos(e.Created), Renewed: nanos(e.Renewed), Expires: nanos(e.Expires),
+			TTL: int64(e.TTL), HoldTTL: int64(e.HoldTTL), Created: nanos(e.Created), Renewed: nanos(e.Renewed), Expires: nanos(e.Expires),
 		}
 	}
 	return out
@@ -109,7 +110,7 @@ func fromEntries(es []entry) []lockstate.Entry {
 		}
 		out[i] = lockstate.Entry{
 			Owner: e.Owner, Mode: driver.Mode(e.Mode), Limit: int(e.Limit), Token: uint64(e.Token), Host: e.Host, Meta: meta,
-			TTL: time.Duration(e.TTL), Created: fromNanos(e.Created), Renewed: fromNanos(e.Renewed), Expires: fromNanos(e.Expires),
+			TTL: time.Duration(e.TTL), HoldTTL: time.Duration(e.HoldTTL), Created: fromNanos(e.Created), Renewed: fromNanos(e.Renewed), Expires: fromNanos(e.Expires),
 		}
 	}
 	return out
@@ -292,6 +293,9 @@ func (d *docs) update(ctx context.Context, names []string, fn func(int, *locksta
 			}
 			if err := fn(i, st, now); err != nil {
 				return err
+			}
+			if st.Freed {
+				st.Promote(names[i], now) // the hand-off: see fast.go
 			}
 			if !st.Dirty {
 				continue

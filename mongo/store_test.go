@@ -3,10 +3,14 @@ package mongo_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -164,5 +168,116 @@ func TestReleaseBatchSameName(t *testing.T) {
 		if hs, err := s.List(ctx, &driver.Filter{Name: n}); err != nil || len(hs) != 0 {
 			t.Errorf("holders left: %v, %v", hs, err)
 		}
+	})
+}
+
+// A release hands the lock to the head of the queue on the server, and the
+// waiter, woken by the change stream with its grant, takes it without a
+// command of its own: after the release, the waiter's store sends none
+// until Lock has returned (but for the stream's getMore), and the token is
+// the next one.
+func TestHandOffWithoutAsking(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, srv drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		var sent atomic.Int64
+		var counting atomic.Bool
+		mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if counting.Load() && e.CommandName != "getMore" { // getMore: the change stream's
+				sent.Add(1)
+			}
+		}}
+		mc, err := mongo.Connect(options.Client().ApplyURI(srv.URL).SetMonitor(mon))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mc.Disconnect(context.Background()) })
+		holder := open(t)
+		ws, err := batonmongo.New(mc, &batonmongo.Options{Database: holder.Collection().Database().Name(), Collection: collection})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter, err := baton.New(ws, &baton.Options{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer waiter.Close()
+		n := "handoff/" + collection
+		g, err := holder.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *baton.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, n, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		for queued := false; !queued; {
+			time.Sleep(20 * time.Millisecond)
+			hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued = len(hs) == 2
+		}
+		time.Sleep(50 * time.Millisecond) // the waiter blocks in its wait
+		counting.Store(true)
+		if ok, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		l := <-got
+		counting.Store(false)
+		if l == nil {
+			return
+		}
+		defer l.Release(ctx)
+		if l.Token() != g.Token+1 {
+			t.Errorf("waiter's token %d, want %d", l.Token(), g.Token+1)
+		}
+		// A standalone server has no change streams: its waiters poll.
+		if c := sent.Load(); c != 0 && srv.Name != "mongodb6single" {
+			t.Errorf("the waiter sent %d commands after the release, want 0", c)
+		}
+	})
+}
+
+// A write that finds the holder expired hands the lock to the head of the
+// queue before deciding its own request: an exclusive acquire by a third
+// owner queues behind the head, which holds the lock after that write
+// with the next token, without having asked again.
+func TestHandOffOnExpiry(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t)
+		n := "expiry-handoff/" + collection
+		req := func(owner string, ttl time.Duration) *driver.Request {
+			return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: ttl, Queue: true, QueueTTL: time.Minute}
+		}
+		g, err := s.Acquire(ctx, req("h", 300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, req("w", time.Minute)); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("w while h holds: %v, want ErrNotGranted", err)
+		}
+		time.Sleep(time.Until(g.Expires) + 50*time.Millisecond)
+		if _, err := s.Acquire(ctx, req("z", time.Minute)); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("z after h expired: %v, want ErrNotGranted (w is ahead)", err)
+		}
+		hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, h := range hs {
+			got = append(got, fmt.Sprintf("%s queued=%v token=%d", h.Owner, h.Queued, h.Token))
+		}
+		want := []string{fmt.Sprintf("w queued=false token=%d", g.Token+1), "z queued=true token=0"}
+		if !slices.Equal(got, want) {
+			t.Errorf("after z's attempt: %q, want %q", got, want)
+		}
+		s.Release(ctx, []driver.Key{{Name: n, Owner: "w"}, {Name: n, Owner: "z"}})
 	})
 }

@@ -15,12 +15,17 @@ import (
 )
 
 // stream is the Store's one change stream on its collection, opened by a
-// waiter and closed when no one has waited for a second (an open stream
-// costs the server work for every write it reports). It reports only the writes that let a
-// holder or queue entry go (the documents' fr field) and, for each, the
-// first live entry of the name's queue: only that waiter is woken, unless
-// it is shared (then every waiter of the name is, as several may be
-// granted) or there is none.
+// waiter and closed when no one has waited for 200ms (an open stream
+// costs the server work for every write it reports). It reports only the
+// writes that let a holder or queue entry go (the documents' fr field),
+// each with the name's live holders and the first live entry of its
+// queue. Every write that lets an entry go also hands the lock over to
+// the queued requests the rules now let in (lockstate.Promote): a waiter
+// found among the holders is woken with its grant. Otherwise, while an
+// exclusive hold is live or an exclusive request heads a queue behind
+// holders, no one here can be granted, and no one is woken; else only the
+// head of the queue is, unless it is shared (then every waiter of the
+// name is, as several may be granted) or there is none.
 type stream struct {
 	d *docs
 
@@ -34,19 +39,21 @@ type stream struct {
 }
 
 // idleStream is how long a stream stays open without waiters.
-const idleStream = time.Second
+const idleStream = 200 * time.Millisecond
 
 // sub is one waiter's subscription; head is set when it was woken as the
-// head of the queue.
+// head of the queue, grant when it was woken because the lock was handed
+// to it.
 type sub struct {
 	owner string
 	ch    chan struct{}
 	head  bool
+	grant *entry
 }
 
 // events is the change stream's pipeline: writes that freed an entry, with
-// the first live queue entry of the document (looked up for updates),
-// deletes, and the events that end a stream.
+// the live holders and the first live queue entry of the document (looked
+// up for updates), deletes, and the events that end a stream.
 var events = mongo.Pipeline{
 	{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
@@ -56,6 +63,7 @@ var events = mongo.Pipeline{
 	{{Key: "$project", Value: bson.D{
 		{Key: "documentKey", Value: 1}, {Key: "operationType", Value: 1},
 		{Key: "head", Value: bson.D{{Key: "$arrayElemAt", Value: bson.A{live("$fullDocument.q", nil), 0}}}},
+		{Key: "holders", Value: live("$fullDocument.h", nil)},
 	}}},
 }
 
@@ -95,7 +103,10 @@ func (w *watch) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if w.sub.head {
+	switch {
+	case w.sub.grant != nil:
+		w.d.setHanded(w.key, w.sub.grant)
+	case w.sub.head:
 		w.d.setHead(w.key)
 	}
 	// Subscribe again before the caller tries, so that no write after its
@@ -200,12 +211,13 @@ func (s *stream) run(ctx context.Context, cancel context.CancelFunc, cs *mongo.C
 			Key struct {
 				ID string `bson:"_id"`
 			} `bson:"documentKey"`
-			Head *entry `bson:"head"`
+			Head    *entry  `bson:"head"`
+			Holders []entry `bson:"holders"`
 		}
 		if err := cs.Decode(&ev); err != nil || ev.Op != "replace" && ev.Op != "update" && ev.Op != "delete" {
 			break // a drop, a rename, an invalidate: the stream ends
 		}
-		s.wake(ev.Key.ID, ev.Head)
+		s.wake(ev.Key.ID, ev.Head, ev.Holders)
 	}
 	// The stream ended (an error, a failover the driver could not resume,
 	// Close): wake every waiter, and let the next one open a new stream.
@@ -220,12 +232,33 @@ func (s *stream) run(ctx context.Context, cancel context.CancelFunc, cs *mongo.C
 	s.mu.Unlock()
 }
 
-// wake wakes the waiters of name: the head of its queue only, if it is
-// exclusive and waits here; else all of them.
-func (s *stream) wake(name string, head *entry) {
+// wake wakes the waiters of name (see stream): those among the holders,
+// with their grants; no one else while no one can be granted; else the
+// head of its queue only, if it is exclusive and waits here; else all of
+// them.
+func (s *stream) wake(name string, head *entry, holders []entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.subs[name]
+	// blocked: no request can be granted until a holder leaves, which
+	// another event reports.
+	blocked := head != nil && driver.Mode(head.Mode) == driver.Exclusive && len(holders) > 0
+	for i := range holders {
+		blocked = blocked || driver.Mode(holders[i].Mode) == driver.Exclusive
+		for x := range m {
+			if x.owner == holders[i].Owner {
+				x.grant = &holders[i]
+				close(x.ch)
+				delete(m, x)
+			}
+		}
+	}
+	if len(m) == 0 {
+		delete(s.subs, name)
+	}
+	if blocked {
+		return
+	}
 	if head != nil && driver.Mode(head.Mode) == driver.Exclusive {
 		for x := range m {
 			if x.owner == head.Owner {
