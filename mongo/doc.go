@@ -60,7 +60,9 @@
 // found among them takes its grant without a command of its own (when its
 // last attempt's server time proves the hold outlasts the lease baton
 // counts; otherwise it asks once). So a hand-off costs the release's one
-// write. Other waiters are not woken while no one can be granted. A
+// write. The write names the Store of the new holder, and the server
+// reports it to that Store's stream only; other waiters are not woken
+// while no one can be granted. A
 // standalone server has neither change streams nor majority reads: its
 // waiters read the document every Options.Poll (the suite runs on one
 // too), and a grant survives only as long as that server's disk.

@@ -111,7 +111,7 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 		ttl := req.TTL
 		if queued {
 			ttl = req.QueueTTL
-			e = append(e, bson.E{Key: "ht", Value: int64(req.TTL)})
+			e = append(e, bson.E{Key: "ht", Value: int64(req.TTL)}, bson.E{Key: "s", Value: d.sid})
 		}
 		return append(e, bson.E{Key: "ttl", Value: int64(ttl)}, bson.E{Key: "c", Value: "$_now"}, bson.E{Key: "r", Value: "$_now"},
 			bson.E{Key: "x", Value: add("$_now", int64(ttl))})
@@ -149,7 +149,7 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 		// A document the rules leave as it is keeps every field (a missing
 		// one stays missing): the command then writes nothing.
 		{{Key: "$set", Value: bson.D{
-			{Key: "fr", Value: cond("$_w", cond("$_dead", newVer(), "$$REMOVE"), "$fr")},
+			{Key: "fr", Value: cond("$_w", cond("$_dead", freedFor("*"), "$$REMOVE"), "$fr")},
 			{Key: "seq", Value: cond("$_free", add(bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)), "$seq")},
 			{Key: "tkt", Value: cond("$_enq", add(bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, int64(1)),
 				cond("$_w", bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, "$tkt"))},
@@ -189,7 +189,7 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 	if out.Doc.Ver != ver {
 		return nil, false, &prefetch{name: req.Name, doc: &out.Doc, now: now}, now, nil
 	}
-	freed = out.Doc.Freed != 0
+	freed = out.Doc.Freed != nil
 	for _, h := range out.Doc.Holders {
 		if h.Owner == req.Owner {
 			return &driver.Grant{Token: uint64(h.Token), Created: fromNanos(h.Created), Renewed: fromNanos(h.Renewed), Expires: fromNanos(h.Expires)}, freed, nil, now, nil
@@ -234,7 +234,7 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 	next := bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)}}}
 	promoted := bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first("$_lq")}}}, {Key: "in", Value: bson.D{
 		{Key: "o", Value: "$$e.o"}, {Key: "m", Value: "$$e.m"}, {Key: "t", Value: next},
-		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht},
+		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht}, {Key: "s", Value: "$$e.s"},
 		{Key: "c", Value: "$_now"}, {Key: "r", Value: "$_now"},
 		{Key: "x", Value: bson.D{{Key: "$add", Value: bson.A{"$_now", ht, extra}}}},
 	}}}}}
@@ -274,7 +274,10 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 				{{Key: "$set", Value: bson.D{
 					{Key: "seq", Value: cond("$_p", next, "$seq")},
 					{Key: "v", Value: cond("$_ok", vers[i], "$v")},
-					{Key: "fr", Value: cond("$_ok", newVer(), "$fr")},
+					// freedFor(the new holder's Store), from the head's id:
+					{Key: "fr", Value: cond("$_ok", bson.D{{Key: "$concat", Value: bson.A{
+						cond("$_p", bson.D{{Key: "$ifNull", Value: bson.A{head("$_lq", "s"), "*"}}}, "*"),
+						freedFor("")}}}, "$fr")}, // freedFor(to) = to + freedFor("")
 					{Key: "h", Value: cond("$_ok", cond("$_p", bson.A{promoted}, "$_lh"), "$h")},
 					{Key: "q", Value: cond("$_ok", cond("$_p",
 						bson.D{{Key: "$slice", Value: bson.A{"$_lq", 1, bson.D{{Key: "$max", Value: bson.A{size("$_lq"), 1}}}}}}, "$_lq"), "$q")},

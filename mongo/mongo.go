@@ -108,7 +108,7 @@ func New(client *mongo.Client, opts *Options) (*Store, error) {
 	}
 	coll := db.Collection(o.Collection, co(readconcern.Majority()))
 	latest := db.Collection(o.Collection, co(readconcern.Local()))
-	d := &docs{client: client, coll: coll, latest: latest, poll: o.Poll}
+	d := &docs{client: client, coll: coll, latest: latest, poll: o.Poll, sid: newSID()}
 	d.stream.d = d
 	// Store.Watch wakes waiters (by the change stream, or every o.Poll).
 	return &Store{Store: records.New(d, nil), d: d}, nil
@@ -154,6 +154,11 @@ type docs struct {
 
 	readyMu sync.Mutex
 	ready   atomic.Bool // the server was checked and the indexes exist
+
+	// sid is this Store's id, random, kept in the queue entries it writes
+	// (and the holds they become): the change stream reports the hand-off
+	// of a lock only to the Store of its new holder (see stream).
+	sid string
 
 	queuedMu sync.Mutex
 	queued   map[driver.Key]mark   // waiters this store queued (see Store.Acquire)

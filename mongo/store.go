@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,10 +35,14 @@ type document struct {
 	// Active is set while the name has holders or queue entries: the
 	// listings' index covers only those documents.
 	Active bool `bson:"a,omitempty"`
-	// Freed is set, to a new random value, by a write that let a holder or
-	// queue entry go: the change stream wakes waiters for those writes
-	// only (an update event lists the field only if its value changed).
-	Freed int64 `bson:"fr,omitempty"`
+	// Freed is set by a write that let a holder or queue entry go, to a
+	// new value (an update event lists the field only if its value
+	// changed): freedFor(to), where to is the id of the Store whose waiter
+	// the write handed the lock to, or "*". The change stream wakes
+	// waiters for those writes only, and the server skips the other
+	// Stores' hand-offs before it looks anything up. (Versions before the
+	// ids wrote a random int64.)
+	Freed any `bson:"fr,omitempty"`
 }
 
 type entry struct {
@@ -48,6 +54,7 @@ type entry struct {
 	Meta    []kv   `bson:"meta,omitempty"`
 	TTL     int64  `bson:"ttl"`
 	HoldTTL int64  `bson:"ht,omitempty"` // a queue entry's: the TTL of the hold it asks for
+	Store   string `bson:"s,omitempty"`  // the id of the Store that queued it (docs.sid)
 	Created int64  `bson:"c"`
 	Renewed int64  `bson:"r"`
 	Expires int64  `bson:"x"`
@@ -59,6 +66,17 @@ type kv struct {
 	K string `bson:"k"`
 	V string `bson:"v"`
 }
+
+// newSID returns a new Store id: 8 random bytes, in hex.
+func newSID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// freedFor is a new value of the fr field of a write that hands the lock to a
+// waiter of the Store to ("*": none, or not known).
+func freedFor(to string) string { return to + ":" + strconv.FormatInt(newVer(), 36) }
 
 func newVer() int64 {
 	var b [8]byte
@@ -301,8 +319,9 @@ func (d *docs) update(ctx context.Context, names []string, fn func(int, *locksta
 				continue
 			}
 			doc := toDocument(names[i], st)
+			d.stamp(old, doc)
 			if old != nil && left(old, doc) {
-				doc.Freed = newVer()
+				doc.Freed = freedFor("*")
 			}
 			if old == nil {
 				models = append(models, mongo.NewInsertOneModel().SetDocument(doc))
@@ -321,6 +340,27 @@ func (d *docs) update(ctx context.Context, names []string, fn func(int, *locksta
 		}
 	}
 	return nil
+}
+
+// stamp sets the Store ids of doc's entries (see docs.sid): an entry
+// keeps the id its owner had in old (a promoted hold, its queue entry's);
+// an owner new to the document came with this call, from this Store.
+func (d *docs) stamp(old, doc *document) {
+	ids := map[string]string{}
+	if old != nil {
+		for _, e := range slices.Concat(old.Holders, old.Queue) {
+			ids[e.Owner] = e.Store
+		}
+	}
+	for _, es := range [][]entry{doc.Holders, doc.Queue} {
+		for i := range es {
+			id, ok := ids[es[i].Owner]
+			if !ok {
+				id = d.sid
+			}
+			es[i].Store = id
+		}
+	}
 }
 
 // write runs the writes of one round and returns the names (indexes) whose

@@ -243,6 +243,112 @@ func TestHandOffWithoutAsking(t *testing.T) {
 	})
 }
 
+// A hand-off is reported to the Store of the new holder only: a waiter in
+// another Store, queued behind, is not woken, and that Store's change
+// stream returns no event for it.
+func TestHandOffReportedToItsStoreOnly(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, srv drivertest.Server) {
+		if srv.Name == "mongodb6single" {
+			return // no change streams: waiters poll
+		}
+		ctx := ctxFor(t, 30*time.Second)
+		var events atomic.Int64
+		mon := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			if e.CommandName != "getMore" {
+				return
+			}
+			if batch, ok := e.Reply.Lookup("cursor", "nextBatch").ArrayOK(); ok {
+				if vs, _ := batch.Values(); len(vs) > 0 {
+					events.Add(int64(len(vs)))
+				}
+			}
+		}}
+		holder := open(t)
+		db := holder.Collection().Database().Name()
+		var clients []*baton.Client
+		for _, m := range []*event.CommandMonitor{nil, mon} {
+			o := options.Client().ApplyURI(srv.URL)
+			if m != nil {
+				o.SetMonitor(m)
+			}
+			mc, err := mongo.Connect(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mc.Disconnect(context.Background()) })
+			s, err := batonmongo.New(mc, &batonmongo.Options{Database: db, Collection: collection})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := baton.New(s, &baton.Options{TTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			clients = append(clients, c)
+		}
+		n := "routed/" + collection
+		if _, err := holder.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		waitQueued := func(k int) {
+			t.Helper()
+			for {
+				hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(hs) == k {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		got := make([]chan *baton.Lease, 2)
+		for i := range got {
+			got[i] = make(chan *baton.Lease, 1)
+			go func() {
+				l, err := clients[i].Lock(ctx, n, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] <- l
+			}()
+			waitQueued(2 + i) // a queued first, then b
+		}
+		time.Sleep(50 * time.Millisecond) // both block in their waits
+		before := events.Load()
+		if _, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got[0]
+		if a == nil {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+		if e := events.Load() - before; e != 0 {
+			t.Errorf("the other Store's change stream reported %d events for a hand-off to the first, want 0", e)
+		}
+		select {
+		case <-got[1]:
+			t.Fatal("b was granted while a holds")
+		default:
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if b := <-got[1]; b != nil {
+			if b.Token() != a.Token()+1 {
+				t.Errorf("b's token %d, want %d", b.Token(), a.Token()+1)
+			}
+			b.Release(ctx)
+		}
+		if events.Load() == before {
+			t.Error("b's Store was not told of its own hand-off")
+		}
+	})
+}
+
 // A write that finds the holder expired hands the lock to the head of the
 // queue before deciding its own request: an exclusive acquire by a third
 // owner queues behind the head, which holds the lock after that write

@@ -51,20 +51,68 @@ type sub struct {
 	grant *entry
 }
 
-// events is the change stream's pipeline: writes that freed an entry, with
-// the live holders and the first live queue entry of the document (looked
-// up for updates), deletes, and the events that end a stream.
-var events = mongo.Pipeline{
-	{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
-		bson.D{{Key: "operationType", Value: "update"}, {Key: "updateDescription.updatedFields.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
-		bson.D{{Key: "operationType", Value: bson.D{{Key: "$nin", Value: bson.A{"replace", "insert", "update"}}}}},
-	}}}}},
-	{{Key: "$project", Value: bson.D{
-		{Key: "documentKey", Value: 1}, {Key: "operationType", Value: 1},
-		{Key: "head", Value: bson.D{{Key: "$arrayElemAt", Value: bson.A{live("$fullDocument.q", nil), 0}}}},
-		{Key: "holders", Value: live("$fullDocument.h", nil)},
-	}}},
+// events is the change stream's pipeline for the Store sid: writes that
+// freed an entry, with the live holders and the first live queue entry of
+// the document (looked up for updates), deletes, and the events that end a
+// stream. Of the writes, the server keeps only those that may matter to
+// sid's waiters (see wake): an update that handed the lock to another
+// Store is skipped before the lookup (its fr field names that Store);
+// then, a hold handed to one of sid's waiters (or any hold of sid), or,
+// while the lock is not blocked by a hold, a queue whose head is sid's,
+// shared, of an older version (no Store id) or missing. So a hand-off
+// costs the server one lookup and wakes one process, not every one with a
+// change stream open.
+func events(sid string) mongo.Pipeline {
+	excl := int32(driver.Exclusive)
+	head := bson.D{{Key: "$ifNull", Value: bson.A{"$head", bson.D{}}}}
+	anyHolder := func(cond bson.D) bson.D {
+		return bson.D{{Key: "$anyElementTrue", Value: bson.A{bson.D{{Key: "$map", Value: bson.D{
+			{Key: "input", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}}, {Key: "in", Value: cond}}}}}}}
+	}
+	eq := func(a, b any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{a, b}}} }
+	missing := func(x any) bson.D { return eq(bson.D{{Key: "$type", Value: x}}, "missing") }
+	headField := func(f string) bson.D {
+		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "h", Value: head}}}, {Key: "in", Value: "$$h." + f}}}}
+	}
+	blocked := bson.D{{Key: "$or", Value: bson.A{
+		anyHolder(eq("$$this.m", excl)),
+		bson.D{{Key: "$and", Value: bson.A{
+			eq(headField("m"), excl),
+			bson.D{{Key: "$gt", Value: bson.A{bson.D{{Key: "$size", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}}}, 0}}},
+		}}},
+	}}}
+	mine := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$in", Value: bson.A{"$operationType", bson.A{"update", "replace"}}}}}}},
+		anyHolder(eq("$$this.s", sid)),
+		bson.D{{Key: "$and", Value: bson.A{
+			bson.D{{Key: "$not", Value: bson.A{blocked}}},
+			bson.D{{Key: "$or", Value: bson.A{
+				missing(headField("m")), // no head
+				bson.D{{Key: "$ne", Value: bson.A{headField("m"), excl}}},
+				missing(headField("s")),
+				eq(headField("s"), sid),
+			}}},
+		}}},
+	}}}
+	return mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "operationType", Value: "replace"}, {Key: "fullDocument.fr", Value: bson.D{{Key: "$exists", Value: true}}}},
+			// A hand-off to another Store's waiter is skipped here, before
+			// the server looks the document up (see freedFor; an int64 is
+			// an older version's).
+			bson.D{{Key: "operationType", Value: "update"}, {Key: "$or", Value: bson.A{
+				bson.D{{Key: "updateDescription.updatedFields.fr", Value: bson.D{{Key: "$regex", Value: "^(\\*|" + sid + "):"}}}},
+				bson.D{{Key: "updateDescription.updatedFields.fr", Value: bson.D{{Key: "$type", Value: "long"}}}},
+			}}},
+			bson.D{{Key: "operationType", Value: bson.D{{Key: "$nin", Value: bson.A{"replace", "insert", "update"}}}}},
+		}}}}},
+		{{Key: "$project", Value: bson.D{
+			{Key: "documentKey", Value: 1}, {Key: "operationType", Value: 1},
+			{Key: "head", Value: bson.D{{Key: "$arrayElemAt", Value: bson.A{live("$fullDocument.q", nil), 0}}}},
+			{Key: "holders", Value: live("$fullDocument.h", nil)},
+		}}},
+		{{Key: "$match", Value: bson.D{{Key: "$expr", Value: mine}}}},
+	}
 }
 
 // Watch implements driver.Waiter: a waiter is woken by the change stream
@@ -168,7 +216,7 @@ func (s *stream) unsubscribe(name string, x *sub) {
 // start opens the change stream: when it returns, every later write is
 // reported. s.mu is held.
 func (s *stream) start(ctx context.Context) error {
-	cs, err := s.d.coll.Watch(ctx, events, options.ChangeStream().
+	cs, err := s.d.coll.Watch(ctx, events(s.d.sid), options.ChangeStream().
 		SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(time.Second))
 	if err != nil {
 		var ce mongo.CommandError
