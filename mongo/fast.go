@@ -82,94 +82,25 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 	if err := d.ensure(ctx); err != nil {
 		return nil, false, nil, now, err
 	}
-	owner := lit(req.Owner)
-	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
-	field := func(doc any, f string) bson.D { // doc.f, for an expression doc
-		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: doc}}}, {Key: "in", Value: "$$e." + f}}}}
+	// The request's values enter as temporaries of the first stage, and
+	// the other stages, the same for every request, are marshaled once.
+	in := bson.D{
+		{Key: "_o", Value: lit(req.Owner)}, {Key: "_ttl", Value: int64(req.TTL)}, {Key: "_qttl", Value: int64(req.QueueTTL)},
+		{Key: "_queue", Value: req.Queue}, {Key: "_fr", Value: freedFor("*")},
 	}
-	eq := func(x, y any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{x, y}}} }
-	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
-	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
-	filter := func(input any, c any) bson.D {
-		return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: c}}}}
+	if req.Host != "" {
+		in = append(in, bson.E{Key: "_host", Value: lit(req.Host)})
 	}
-	add := func(xs ...any) bson.D { return bson.D{{Key: "$add", Value: bson.A(xs)}} }
-	isLive := bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}}
 	var meta bson.A
 	for _, k := range slices.Sorted(maps.Keys(req.Meta)) {
 		meta = append(meta, bson.D{{Key: "k", Value: lit(k)}, {Key: "v", Value: lit(req.Meta[k])}})
 	}
-	// entry is the owner's holder entry, or with queued its queue entry.
-	entry := func(token any, queued bool) bson.D {
-		e := bson.D{{Key: "o", Value: owner}, {Key: "m", Value: int32(driver.Exclusive)}, {Key: "t", Value: token}}
-		if req.Host != "" {
-			e = append(e, bson.E{Key: "host", Value: lit(req.Host)})
-		}
-		if len(meta) > 0 {
-			e = append(e, bson.E{Key: "meta", Value: meta})
-		}
-		ttl := req.TTL
-		if queued {
-			ttl = req.QueueTTL
-			e = append(e, bson.E{Key: "ht", Value: int64(req.TTL)}, bson.E{Key: "s", Value: d.sid})
-		}
-		return append(e, bson.E{Key: "ttl", Value: int64(ttl)}, bson.E{Key: "c", Value: "$_now"}, bson.E{Key: "r", Value: "$_now"},
-			bson.E{Key: "x", Value: add("$_now", int64(ttl))})
+	if len(meta) > 0 {
+		in = append(in, bson.E{Key: "_meta", Value: meta})
 	}
 	ver := newVer()
-	// Stages compute temporaries (_now, the live entries, the decision)
-	// once, then the fields; the temporaries are dropped at the end.
-	pipeline := mongo.Pipeline{
-		{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "_lh", Value: filter(orEmpty("$h"), isLive)},
-			{Key: "_lq", Value: filter(orEmpty("$q"), isLive)},
-		}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "_held", Value: bson.D{{Key: "$in", Value: bson.A{owner, "$_lh.o"}}}},
-			{Key: "_mine", Value: first(filter("$_lq", eq("$$this.o", owner)))}, // missing if none
-			{Key: "_free", Value: and(eq(size("$_lh"), 0),
-				bson.D{{Key: "$or", Value: bson.A{eq(size("$_lq"), 0), eq(field(first("$_lq"), "o"), owner)}}})},
-			{Key: "_dead", Value: bson.D{{Key: "$lt", Value: bson.A{
-				add(size("$_lh"), size("$_lq")), add(size(orEmpty("$h")), size(orEmpty("$q")))}}}},
-		}}},
-		// Entries expired and someone else heads the queue: the lock may be
-		// due to be handed over (lockstate.Promote), which the general way
-		// does; this command writes nothing.
-		{{Key: "$set", Value: bson.D{{Key: "_pro", Value: and("$_dead", bson.D{{Key: "$gt", Value: bson.A{size("$_lq"), 0}}},
-			bson.D{{Key: "$ne", Value: bson.A{field(first("$_lq"), "o"), owner}}})}}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "_enq", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
-				eq(bson.D{{Key: "$type", Value: "$_mine"}}, "missing"))},
-			// Refresh the owner's queue entry when less than half its time is left.
-			{Key: "_ref", Value: and(req.Queue, bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
-				bson.D{{Key: "$lt", Value: bson.A{bson.D{{Key: "$subtract", Value: bson.A{"$_mine.x", "$_now"}}}, int64(req.QueueTTL / 2)}}})},
-		}}},
-		{{Key: "$set", Value: bson.D{{Key: "_w", Value: bson.D{{Key: "$or", Value: bson.A{"$_free", "$_enq", "$_ref"}}}}}}},
-		// A document the rules leave as it is keeps every field (a missing
-		// one stays missing): the command then writes nothing.
-		{{Key: "$set", Value: bson.D{
-			{Key: "fr", Value: cond("$_w", cond("$_dead", freedFor("*"), "$$REMOVE"), "$fr")},
-			{Key: "seq", Value: cond("$_free", add(bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)), "$seq")},
-			{Key: "tkt", Value: cond("$_enq", add(bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, int64(1)),
-				cond("$_w", bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, "$tkt"))},
-			{Key: "v", Value: cond("$_w", ver, "$v")},
-			{Key: "a", Value: cond("$_w", true, "$a")},
-		}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "h", Value: cond("$_free", bson.A{entry("$seq", false)}, cond("$_w", "$_lh", "$h"))},
-			{Key: "q", Value: cond("$_free", filter("$_lq", bson.D{{Key: "$ne", Value: bson.A{"$$this.o", owner}}}),
-				cond("$_enq", bson.D{{Key: "$concatArrays", Value: bson.A{"$_lq", bson.A{entry("$tkt", true)}}}},
-					cond("$_ref", bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: "$_lq"}, {Key: "in", Value: cond(eq("$$this.o", owner),
-						bson.D{{Key: "$mergeObjects", Value: bson.A{"$$this", bson.D{{Key: "r", Value: "$_now"}, {Key: "x", Value: add("$_now", int64(req.QueueTTL))}, {Key: "ht", Value: int64(req.TTL)}}}}},
-						"$$this")}}}}, "$q")))},
-		}}},
-		{{Key: "$set", Value: bson.D{
-			{Key: "h", Value: cond(and("$_w", eq(size(orEmpty("$h")), 0)), "$$REMOVE", "$h")},
-			{Key: "q", Value: cond(and("$_w", eq(size(orEmpty("$q")), 0)), "$$REMOVE", "$q")},
-		}}},
-		{{Key: "$unset", Value: bson.A{"_now", "_lh", "_lq", "_held", "_mine", "_free", "_dead", "_pro", "_enq", "_ref", "_w"}}},
-	}
+	in = append(in, bson.E{Key: "_ver", Value: ver})
+	pipeline := append(bson.A{bson.D{{Key: "$set", Value: in}}}, d.stages().acquire...)
 	var out struct {
 		Doc document      `bson:",inline"`
 		Now bson.DateTime `bson:"now"`
@@ -205,6 +136,114 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 	return nil, freed, nil, now, &driver.Busy{After: after}
 }
 
+// stages are the constant stages of the fast commands' pipelines,
+// marshaled once per Store (they name its id).
+type stages struct {
+	acquire, release bson.A // of bson.Raw
+}
+
+func (d *docs) stages() *stages {
+	d.stagesOnce.Do(func() { d.stagesV = buildStages(d.sid) })
+	return d.stagesV
+}
+
+func marshalStages(p mongo.Pipeline) bson.A {
+	out := make(bson.A, len(p))
+	for i, st := range p {
+		raw, err := bson.Marshal(st)
+		if err != nil {
+			panic(err) // a constant pipeline of bson.D: cannot fail
+		}
+		out[i] = bson.Raw(raw)
+	}
+	return out
+}
+
+func buildStages(sid string) *stages {
+	owner := "$_o"
+	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
+	field := func(doc any, f string) bson.D { // doc.f, for an expression doc
+		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: doc}}}, {Key: "in", Value: "$$e." + f}}}}
+	}
+	eq := func(x, y any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{x, y}}} }
+	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
+	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
+	filter := func(input any, c any) bson.D {
+		return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: c}}}}
+	}
+	add := func(xs ...any) bson.D { return bson.D{{Key: "$add", Value: bson.A(xs)}} }
+	isLive := bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}}
+	// entry is the owner's holder entry, or with queued its queue entry
+	// (a missing _host or _meta leaves the field out).
+	entry := func(token any, queued bool) bson.D {
+		e := bson.D{{Key: "o", Value: owner}, {Key: "m", Value: int32(driver.Exclusive)}, {Key: "t", Value: token},
+			{Key: "host", Value: "$_host"}, {Key: "meta", Value: "$_meta"}}
+		ttl := "$_ttl"
+		if queued {
+			ttl = "$_qttl"
+			e = append(e, bson.E{Key: "ht", Value: "$_ttl"}, bson.E{Key: "s", Value: sid})
+		}
+		return append(e, bson.E{Key: "ttl", Value: ttl}, bson.E{Key: "c", Value: "$_now"}, bson.E{Key: "r", Value: "$_now"},
+			bson.E{Key: "x", Value: add("$_now", ttl)})
+	}
+	// Stages compute temporaries (_now, the live entries, the decision)
+	// once, then the fields; the temporaries are dropped at the end.
+	acquire := mongo.Pipeline{
+		{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "_lh", Value: filter(orEmpty("$h"), isLive)},
+			{Key: "_lq", Value: filter(orEmpty("$q"), isLive)},
+		}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "_held", Value: bson.D{{Key: "$in", Value: bson.A{owner, "$_lh.o"}}}},
+			{Key: "_mine", Value: first(filter("$_lq", eq("$$this.o", owner)))}, // missing if none
+			{Key: "_free", Value: and(eq(size("$_lh"), 0),
+				bson.D{{Key: "$or", Value: bson.A{eq(size("$_lq"), 0), eq(field(first("$_lq"), "o"), owner)}}})},
+			{Key: "_dead", Value: bson.D{{Key: "$lt", Value: bson.A{
+				add(size("$_lh"), size("$_lq")), add(size(orEmpty("$h")), size(orEmpty("$q")))}}}},
+		}}},
+		// Entries expired and someone else heads the queue: the lock may be
+		// due to be handed over (lockstate.Promote), which the general way
+		// does; this command writes nothing.
+		{{Key: "$set", Value: bson.D{{Key: "_pro", Value: and("$_dead", bson.D{{Key: "$gt", Value: bson.A{size("$_lq"), 0}}},
+			bson.D{{Key: "$ne", Value: bson.A{field(first("$_lq"), "o"), owner}}})}}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "_enq", Value: and("$_queue", bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
+				eq(bson.D{{Key: "$type", Value: "$_mine"}}, "missing"))},
+			// Refresh the owner's queue entry when less than half its time is left.
+			{Key: "_ref", Value: and("$_queue", bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
+				bson.D{{Key: "$lt", Value: bson.A{bson.D{{Key: "$subtract", Value: bson.A{"$_mine.x", "$_now"}}},
+					bson.D{{Key: "$divide", Value: bson.A{"$_qttl", 2}}}}}})},
+		}}},
+		{{Key: "$set", Value: bson.D{{Key: "_w", Value: bson.D{{Key: "$or", Value: bson.A{"$_free", "$_enq", "$_ref"}}}}}}},
+		// A document the rules leave as it is keeps every field (a missing
+		// one stays missing): the command then writes nothing.
+		{{Key: "$set", Value: bson.D{
+			{Key: "fr", Value: cond("$_w", cond("$_dead", "$_fr", "$$REMOVE"), "$fr")},
+			{Key: "seq", Value: cond("$_free", add(bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)), "$seq")},
+			{Key: "tkt", Value: cond("$_enq", add(bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, int64(1)),
+				cond("$_w", bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}, "$tkt"))},
+			{Key: "v", Value: cond("$_w", "$_ver", "$v")},
+			{Key: "a", Value: cond("$_w", true, "$a")},
+		}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "h", Value: cond("$_free", bson.A{entry("$seq", false)}, cond("$_w", "$_lh", "$h"))},
+			{Key: "q", Value: cond("$_free", filter("$_lq", bson.D{{Key: "$ne", Value: bson.A{"$$this.o", owner}}}),
+				cond("$_enq", bson.D{{Key: "$concatArrays", Value: bson.A{"$_lq", bson.A{entry("$tkt", true)}}}},
+					cond("$_ref", bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: "$_lq"}, {Key: "in", Value: cond(eq("$$this.o", owner),
+						bson.D{{Key: "$mergeObjects", Value: bson.A{"$$this", bson.D{{Key: "r", Value: "$_now"}, {Key: "x", Value: add("$_now", "$_qttl")}, {Key: "ht", Value: "$_ttl"}}}}},
+						"$$this")}}}}, "$q")))},
+		}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "h", Value: cond(and("$_w", eq(size(orEmpty("$h")), 0)), "$$REMOVE", "$h")},
+			{Key: "q", Value: cond(and("$_w", eq(size(orEmpty("$q")), 0)), "$$REMOVE", "$q")},
+		}}},
+		{{Key: "$unset", Value: bson.A{"_o", "_ttl", "_qttl", "_queue", "_fr", "_host", "_meta", "_ver",
+			"_now", "_lh", "_lq", "_held", "_mine", "_free", "_dead", "_pro", "_enq", "_ref", "_w"}}},
+	}
+	return &stages{acquire: marshalStages(acquire), release: marshalStages(releaseStages())}
+}
+
 // releaseHeld releases each key whose owner holds its name, live by the
 // server's clock, dropping the name's expired entries as lockstate's
 // Release does, and hands the lock over as lockstate's Promote does when
@@ -220,75 +259,16 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 	out := make([]bool, len(keys))
 	models := make([]mongo.WriteModel, len(keys))
 	vers := make([]int64, len(keys))
-	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
-	// head(q, f) is field f of the first entry of q.
-	head := func(q string, f string) bson.D {
-		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first(q)}}}, {Key: "in", Value: "$$e." + f}}}}
-	}
-	// The promoted hold, from the head of the live queue _lq
-	// (lockstate.Promote): the next token; it lasts its hold TTL plus
-	// lockstate.HandOffExtra of it.
-	ht := "$$e.ht"
-	extra := bson.D{{Key: "$min", Value: bson.A{bson.D{{Key: "$max", Value: bson.A{
-		bson.D{{Key: "$toLong", Value: bson.D{{Key: "$divide", Value: bson.A{ht, 20}}}}}, int64(time.Millisecond)}}}, int64(50 * time.Millisecond)}}}
-	next := bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)}}}
-	promoted := bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first("$_lq")}}}, {Key: "in", Value: bson.D{
-		{Key: "o", Value: "$$e.o"}, {Key: "m", Value: "$$e.m"}, {Key: "t", Value: next},
-		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht}, {Key: "s", Value: "$$e.s"},
-		{Key: "c", Value: "$_now"}, {Key: "r", Value: "$_now"},
-		{Key: "x", Value: bson.D{{Key: "$add", Value: bson.A{"$_now", ht, extra}}}},
-	}}}}}
-	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
-	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
-	empty := func(f string) bson.D { return bson.D{{Key: "$eq", Value: bson.A{size(orEmpty(f)), 0}}} }
 	for i, k := range keys {
-		owner := lit(k.Owner)
-		holds := bson.D{{Key: "$gt", Value: bson.A{size(bson.D{{Key: "$filter", Value: bson.D{
-			{Key: "input", Value: orEmpty("$h")},
-			{Key: "cond", Value: and(
-				bson.D{{Key: "$eq", Value: bson.A{"$$this.o", owner}}},
-				bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}},
-			)},
-		}}}), 0}}}
-		// The server can hand over to an exclusive head that has a hold
-		// TTL; any other head is the general way's.
-		simple := bson.D{{Key: "$or", Value: bson.A{
-			empty("$_lq"),
-			and(
-				bson.D{{Key: "$eq", Value: bson.A{head("$_lq", "m"), int32(driver.Exclusive)}}},
-				bson.D{{Key: "$gt", Value: bson.A{head("$_lq", "ht"), int64(0)}}},
-			),
-		}}}
 		vers[i] = newVer()
 		// The filter is the _id alone, which the server finds fastest; the
 		// pipeline leaves a document it does not release as it is (every
 		// field set to its own value, a missing one staying missing), and
 		// the server then writes nothing.
+		in := bson.D{{Key: "$set", Value: bson.D{{Key: "_o", Value: lit(k.Owner)}, {Key: "_ver", Value: vers[i]}, {Key: "_fr", Value: freedFor("")}}}}
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: k.Name}}).
-			SetUpdate(mongo.Pipeline{
-				{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
-				{{Key: "$set", Value: bson.D{{Key: "_lh", Value: live("$h", owner)}, {Key: "_lq", Value: live("$q", owner)}}}},
-				{{Key: "$set", Value: bson.D{{Key: "_ok", Value: and(holds, simple)}}}},
-				{{Key: "$set", Value: bson.D{{Key: "_p", Value: and("$_ok", empty("$_lh"), bson.D{{Key: "$not", Value: bson.A{empty("$_lq")}}})}}}},
-				{{Key: "$set", Value: bson.D{
-					{Key: "seq", Value: cond("$_p", next, "$seq")},
-					{Key: "v", Value: cond("$_ok", vers[i], "$v")},
-					// freedFor(the new holder's Store), from the head's id:
-					{Key: "fr", Value: cond("$_ok", bson.D{{Key: "$concat", Value: bson.A{
-						cond("$_p", bson.D{{Key: "$ifNull", Value: bson.A{head("$_lq", "s"), "*"}}}, "*"),
-						freedFor("")}}}, "$fr")}, // freedFor(to) = to + freedFor("")
-					{Key: "h", Value: cond("$_ok", cond("$_p", bson.A{promoted}, "$_lh"), "$h")},
-					{Key: "q", Value: cond("$_ok", cond("$_p",
-						bson.D{{Key: "$slice", Value: bson.A{"$_lq", 1, bson.D{{Key: "$max", Value: bson.A{size("$_lq"), 1}}}}}}, "$_lq"), "$q")},
-				}}},
-				{{Key: "$set", Value: bson.D{
-					{Key: "a", Value: cond("$_ok", cond(and(empty("$h"), empty("$q")), "$$REMOVE", true), "$a")},
-					{Key: "h", Value: cond(and("$_ok", empty("$h")), "$$REMOVE", "$h")},
-					{Key: "q", Value: cond(and("$_ok", empty("$q")), "$$REMOVE", "$q")},
-				}}},
-				{{Key: "$unset", Value: bson.A{"_now", "_lh", "_lq", "_ok", "_p"}}},
-			})
+			SetUpdate(append(bson.A{in}, d.stages().release...))
 	}
 	res, err := d.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
@@ -528,4 +508,70 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 		out[i] = more[j]
 	}
 	return out, nil
+}
+
+// releaseStages are the constant stages of releaseHeld's pipeline, after
+// the first, which sets the key's owner _o, the write's version _ver and
+// the tail of its fr value _fr (see freedFor).
+func releaseStages() mongo.Pipeline {
+	owner := "$_o"
+	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
+	// head(q, f) is field f of the first entry of q.
+	head := func(q string, f string) bson.D {
+		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first(q)}}}, {Key: "in", Value: "$$e." + f}}}}
+	}
+	// The promoted hold, from the head of the live queue _lq
+	// (lockstate.Promote): the next token; it lasts its hold TTL plus
+	// lockstate.HandOffExtra of it.
+	ht := "$$e.ht"
+	extra := bson.D{{Key: "$min", Value: bson.A{bson.D{{Key: "$max", Value: bson.A{
+		bson.D{{Key: "$toLong", Value: bson.D{{Key: "$divide", Value: bson.A{ht, 20}}}}}, int64(time.Millisecond)}}}, int64(50 * time.Millisecond)}}}
+	next := bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)}}}
+	promoted := bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first("$_lq")}}}, {Key: "in", Value: bson.D{
+		{Key: "o", Value: "$$e.o"}, {Key: "m", Value: "$$e.m"}, {Key: "t", Value: next},
+		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht}, {Key: "s", Value: "$$e.s"},
+		{Key: "c", Value: "$_now"}, {Key: "r", Value: "$_now"},
+		{Key: "x", Value: bson.D{{Key: "$add", Value: bson.A{"$_now", ht, extra}}}},
+	}}}}}
+	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
+	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
+	empty := func(f string) bson.D { return bson.D{{Key: "$eq", Value: bson.A{size(orEmpty(f)), 0}}} }
+	holds := bson.D{{Key: "$gt", Value: bson.A{size(bson.D{{Key: "$filter", Value: bson.D{
+		{Key: "input", Value: orEmpty("$h")},
+		{Key: "cond", Value: and(
+			bson.D{{Key: "$eq", Value: bson.A{"$$this.o", owner}}},
+			bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}},
+		)},
+	}}}), 0}}}
+	// The server can hand over to an exclusive head that has a hold
+	// TTL; any other head is the general way's.
+	simple := bson.D{{Key: "$or", Value: bson.A{
+		empty("$_lq"),
+		and(
+			bson.D{{Key: "$eq", Value: bson.A{head("$_lq", "m"), int32(driver.Exclusive)}}},
+			bson.D{{Key: "$gt", Value: bson.A{head("$_lq", "ht"), int64(0)}}},
+		),
+	}}}
+	return mongo.Pipeline{
+		{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
+		{{Key: "$set", Value: bson.D{{Key: "_lh", Value: live("$h", owner)}, {Key: "_lq", Value: live("$q", owner)}}}},
+		{{Key: "$set", Value: bson.D{{Key: "_ok", Value: and(holds, simple)}}}},
+		{{Key: "$set", Value: bson.D{{Key: "_p", Value: and("$_ok", empty("$_lh"), bson.D{{Key: "$not", Value: bson.A{empty("$_lq")}}})}}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "seq", Value: cond("$_p", next, "$seq")},
+			{Key: "v", Value: cond("$_ok", "$_ver", "$v")},
+			// freedFor(the new holder's Store), from the head's id:
+			{Key: "fr", Value: cond("$_ok", bson.D{{Key: "$concat", Value: bson.A{
+				cond("$_p", bson.D{{Key: "$ifNull", Value: bson.A{head("$_lq", "s"), "*"}}}, "*"), "$_fr"}}}, "$fr")},
+			{Key: "h", Value: cond("$_ok", cond("$_p", bson.A{promoted}, "$_lh"), "$h")},
+			{Key: "q", Value: cond("$_ok", cond("$_p",
+				bson.D{{Key: "$slice", Value: bson.A{"$_lq", 1, bson.D{{Key: "$max", Value: bson.A{size("$_lq"), 1}}}}}}, "$_lq"), "$q")},
+		}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "a", Value: cond("$_ok", cond(and(empty("$h"), empty("$q")), "$$REMOVE", true), "$a")},
+			{Key: "h", Value: cond(and("$_ok", empty("$h")), "$$REMOVE", "$h")},
+			{Key: "q", Value: cond(and("$_ok", empty("$q")), "$$REMOVE", "$q")},
+		}}},
+		{{Key: "$unset", Value: bson.A{"_o", "_ver", "_fr", "_now", "_lh", "_lq", "_ok", "_p"}}},
+	}
 }

@@ -160,6 +160,9 @@ type docs struct {
 	// of a lock only to the Store of its new holder (see stream).
 	sid string
 
+	stagesOnce sync.Once
+	stagesV    *stages
+
 	queuedMu sync.Mutex
 	queued   map[driver.Key]mark   // waiters this store queued (see Store.Acquire)
 	heads    map[driver.Key]bool   // waiters the change stream woke as the head of the queue
