@@ -340,12 +340,12 @@ BEGIN
 		SELECT b.o_epoch, b.o_grace INTO v_epoch, v_grace FROM {BEGIN}(p_ttl, p_durable) b;
 	END IF;
 
-	-- A new name (or one reclaimed) takes an inline hold at once.
 	v_now := clock_timestamp();
 	IF p_mode = 1 AND v_now >= v_grace THEN
 		IF NOT EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name) THEN
-			-- A new name (or one reclaimed): its row takes the current
-			-- epoch, read under the reclaim lock (see take).
+			-- A new name (or one reclaimed) takes an inline hold at once:
+			-- its row takes the current epoch, read under the reclaim
+			-- lock (see take).
 			PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
 			SELECT i.epoch INTO v_epoch FROM {INCARNATION} i;
 			INSERT INTO {COUNTERS} AS k (name, seq, epoch, xo, xt, xh, xm, xttl, xc, xr, xe)
