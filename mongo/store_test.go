@@ -214,14 +214,7 @@ func TestHandOffWithoutAsking(t *testing.T) {
 			}
 			got <- l
 		}()
-		for queued := false; !queued; {
-			time.Sleep(20 * time.Millisecond)
-			hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			queued = len(hs) == 2
-		}
+		waitListed(ctx, t, holder, n, 2)
 		time.Sleep(50 * time.Millisecond) // the waiter blocks in its wait
 		counting.Store(true)
 		if ok, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
@@ -241,6 +234,21 @@ func TestHandOffWithoutAsking(t *testing.T) {
 			t.Errorf("the waiter sent %d commands after the release, want 0", c)
 		}
 	})
+}
+
+// waitListed waits until s lists k holders and queue entries of name.
+func waitListed(ctx context.Context, t *testing.T, s *batonmongo.Store, name string, k int) {
+	t.Helper()
+	for {
+		hs, err := s.List(ctx, &driver.Filter{Name: name, Queued: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) == k {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // A hand-off is reported to the Store of the new holder only: a waiter in
@@ -291,19 +299,6 @@ func TestHandOffReportedToItsStoreOnly(t *testing.T) {
 		if _, err := holder.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		waitQueued := func(k int) {
-			t.Helper()
-			for {
-				hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(hs) == k {
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
 		got := make([]chan *baton.Lease, 2)
 		for i := range got {
 			got[i] = make(chan *baton.Lease, 1)
@@ -314,7 +309,7 @@ func TestHandOffReportedToItsStoreOnly(t *testing.T) {
 				}
 				got[i] <- l
 			}()
-			waitQueued(2 + i) // a queued first, then b
+			waitListed(ctx, t, holder, n, 2+i) // a queued first, then b
 		}
 		time.Sleep(50 * time.Millisecond) // both block in their waits
 		before := events.Load()
