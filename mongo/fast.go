@@ -48,6 +48,24 @@ func live(field string, owner any) bson.D {
 
 func size(x any) bson.D { return bson.D{{Key: "$size", Value: x}} }
 
+// Expression builders for the pipelines.
+
+func eq(x, y any) bson.D         { return bson.D{{Key: "$eq", Value: bson.A{x, y}}} }
+func and(xs ...any) bson.D       { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
+func add(xs ...any) bson.D       { return bson.D{{Key: "$add", Value: bson.A(xs)}} }
+func cond(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
+func first(arr any) bson.D       { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
+
+// filterBy is the elements of input for which c ($$this) is true.
+func filterBy(input, c any) bson.D {
+	return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: c}}}}
+}
+
+// fieldOf is field f of the document doc evaluates to.
+func fieldOf(doc any, f string) bson.D {
+	return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: doc}}}, {Key: "in", Value: "$$e." + f}}}}
+}
+
 // prefetch is a lock document and the server's time that a refused
 // acquireFree returned: the general decision that follows starts from it
 // instead of reading again. It travels in the context of that one call.
@@ -143,7 +161,9 @@ type stages struct {
 }
 
 func (d *docs) stages() *stages {
-	d.stagesOnce.Do(func() { d.stagesV = buildStages(d.sid) })
+	d.stagesOnce.Do(func() {
+		d.stagesV = &stages{acquire: marshalStages(acquireStages(d.sid)), release: marshalStages(releaseStages())}
+	})
 	return d.stagesV
 }
 
@@ -159,19 +179,11 @@ func marshalStages(p mongo.Pipeline) bson.A {
 	return out
 }
 
-func buildStages(sid string) *stages {
+// acquireStages are the constant stages of acquireFree's pipeline, after
+// the first, which sets the request's values as temporaries (_o, _ttl,
+// _qttl, _queue, _fr, _host, _meta, _ver).
+func acquireStages(sid string) mongo.Pipeline {
 	owner := "$_o"
-	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
-	field := func(doc any, f string) bson.D { // doc.f, for an expression doc
-		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: doc}}}, {Key: "in", Value: "$$e." + f}}}}
-	}
-	eq := func(x, y any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{x, y}}} }
-	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
-	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
-	filter := func(input any, c any) bson.D {
-		return bson.D{{Key: "$filter", Value: bson.D{{Key: "input", Value: input}, {Key: "cond", Value: c}}}}
-	}
-	add := func(xs ...any) bson.D { return bson.D{{Key: "$add", Value: bson.A(xs)}} }
 	isLive := bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}}
 	// entry is the owner's holder entry, or with queued its queue entry
 	// (a missing _host or _meta leaves the field out).
@@ -188,17 +200,17 @@ func buildStages(sid string) *stages {
 	}
 	// Stages compute temporaries (_now, the live entries, the decision)
 	// once, then the fields; the temporaries are dropped at the end.
-	acquire := mongo.Pipeline{
+	return mongo.Pipeline{
 		{{Key: "$set", Value: bson.D{{Key: "_now", Value: nowNS}}}},
 		{{Key: "$set", Value: bson.D{
-			{Key: "_lh", Value: filter(orEmpty("$h"), isLive)},
-			{Key: "_lq", Value: filter(orEmpty("$q"), isLive)},
+			{Key: "_lh", Value: filterBy(orEmpty("$h"), isLive)},
+			{Key: "_lq", Value: filterBy(orEmpty("$q"), isLive)},
 		}}},
 		{{Key: "$set", Value: bson.D{
 			{Key: "_held", Value: bson.D{{Key: "$in", Value: bson.A{owner, "$_lh.o"}}}},
-			{Key: "_mine", Value: first(filter("$_lq", eq("$$this.o", owner)))}, // missing if none
+			{Key: "_mine", Value: first(filterBy("$_lq", eq("$$this.o", owner)))}, // missing if none
 			{Key: "_free", Value: and(eq(size("$_lh"), 0),
-				bson.D{{Key: "$or", Value: bson.A{eq(size("$_lq"), 0), eq(field(first("$_lq"), "o"), owner)}}})},
+				bson.D{{Key: "$or", Value: bson.A{eq(size("$_lq"), 0), eq(fieldOf(first("$_lq"), "o"), owner)}}})},
 			{Key: "_dead", Value: bson.D{{Key: "$lt", Value: bson.A{
 				add(size("$_lh"), size("$_lq")), add(size(orEmpty("$h")), size(orEmpty("$q")))}}}},
 		}}},
@@ -206,7 +218,7 @@ func buildStages(sid string) *stages {
 		// due to be handed over (lockstate.Promote), which the general way
 		// does; this command writes nothing.
 		{{Key: "$set", Value: bson.D{{Key: "_pro", Value: and("$_dead", bson.D{{Key: "$gt", Value: bson.A{size("$_lq"), 0}}},
-			bson.D{{Key: "$ne", Value: bson.A{field(first("$_lq"), "o"), owner}}})}}}},
+			bson.D{{Key: "$ne", Value: bson.A{fieldOf(first("$_lq"), "o"), owner}}})}}}},
 		{{Key: "$set", Value: bson.D{
 			{Key: "_enq", Value: and("$_queue", bson.D{{Key: "$not", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{"$_free", "$_held", "$_pro"}}}}}},
 				eq(bson.D{{Key: "$type", Value: "$_mine"}}, "missing"))},
@@ -228,7 +240,7 @@ func buildStages(sid string) *stages {
 		}}},
 		{{Key: "$set", Value: bson.D{
 			{Key: "h", Value: cond("$_free", bson.A{entry("$seq", false)}, cond("$_w", "$_lh", "$h"))},
-			{Key: "q", Value: cond("$_free", filter("$_lq", bson.D{{Key: "$ne", Value: bson.A{"$$this.o", owner}}}),
+			{Key: "q", Value: cond("$_free", filterBy("$_lq", bson.D{{Key: "$ne", Value: bson.A{"$$this.o", owner}}}),
 				cond("$_enq", bson.D{{Key: "$concatArrays", Value: bson.A{"$_lq", bson.A{entry("$tkt", true)}}}},
 					cond("$_ref", bson.D{{Key: "$map", Value: bson.D{{Key: "input", Value: "$_lq"}, {Key: "in", Value: cond(eq("$$this.o", owner),
 						bson.D{{Key: "$mergeObjects", Value: bson.A{"$$this", bson.D{{Key: "r", Value: "$_now"}, {Key: "x", Value: add("$_now", "$_qttl")}, {Key: "ht", Value: "$_ttl"}}}}},
@@ -241,7 +253,6 @@ func buildStages(sid string) *stages {
 		{{Key: "$unset", Value: bson.A{"_o", "_ttl", "_qttl", "_queue", "_fr", "_host", "_meta", "_ver",
 			"_now", "_lh", "_lq", "_held", "_mine", "_free", "_dead", "_pro", "_enq", "_ref", "_w"}}},
 	}
-	return &stages{acquire: marshalStages(acquire), release: marshalStages(releaseStages())}
 }
 
 // releaseHeld releases each key whose owner holds its name, live by the
@@ -515,41 +526,32 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 // the tail of its fr value _fr (see freedFor).
 func releaseStages() mongo.Pipeline {
 	owner := "$_o"
-	first := func(arr any) bson.D { return bson.D{{Key: "$arrayElemAt", Value: bson.A{arr, 0}}} }
-	// head(q, f) is field f of the first entry of q.
-	head := func(q string, f string) bson.D {
-		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first(q)}}}, {Key: "in", Value: "$$e." + f}}}}
-	}
+	head := func(f string) bson.D { return fieldOf(first("$_lq"), f) } // of the live queue
 	// The promoted hold, from the head of the live queue _lq
 	// (lockstate.Promote): the next token; it lasts its hold TTL plus
 	// lockstate.HandOffExtra of it.
 	ht := "$$e.ht"
 	extra := bson.D{{Key: "$min", Value: bson.A{bson.D{{Key: "$max", Value: bson.A{
 		bson.D{{Key: "$toLong", Value: bson.D{{Key: "$divide", Value: bson.A{ht, 20}}}}}, int64(time.Millisecond)}}}, int64(50 * time.Millisecond)}}}
-	next := bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1)}}}
+	next := add(bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1))
 	promoted := bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "e", Value: first("$_lq")}}}, {Key: "in", Value: bson.D{
 		{Key: "o", Value: "$$e.o"}, {Key: "m", Value: "$$e.m"}, {Key: "t", Value: next},
 		{Key: "host", Value: "$$e.host"}, {Key: "meta", Value: "$$e.meta"}, {Key: "ttl", Value: ht}, {Key: "s", Value: "$$e.s"},
 		{Key: "c", Value: "$_now"}, {Key: "r", Value: "$_now"},
-		{Key: "x", Value: bson.D{{Key: "$add", Value: bson.A{"$_now", ht, extra}}}},
+		{Key: "x", Value: add("$_now", ht, extra)},
 	}}}}}
-	cond := func(c, yes, no any) bson.D { return bson.D{{Key: "$cond", Value: bson.A{c, yes, no}}} }
-	and := func(xs ...any) bson.D { return bson.D{{Key: "$and", Value: bson.A(xs)}} }
-	empty := func(f string) bson.D { return bson.D{{Key: "$eq", Value: bson.A{size(orEmpty(f)), 0}}} }
-	holds := bson.D{{Key: "$gt", Value: bson.A{size(bson.D{{Key: "$filter", Value: bson.D{
-		{Key: "input", Value: orEmpty("$h")},
-		{Key: "cond", Value: and(
-			bson.D{{Key: "$eq", Value: bson.A{"$$this.o", owner}}},
-			bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}},
-		)},
-	}}}), 0}}}
+	empty := func(f string) bson.D { return eq(size(orEmpty(f)), 0) }
+	holds := bson.D{{Key: "$gt", Value: bson.A{size(filterBy(orEmpty("$h"), and(
+		eq("$$this.o", owner),
+		bson.D{{Key: "$gt", Value: bson.A{"$$this.x", "$_now"}}},
+	))), 0}}}
 	// The server can hand over to an exclusive head that has a hold
 	// TTL; any other head is the general way's.
 	simple := bson.D{{Key: "$or", Value: bson.A{
 		empty("$_lq"),
 		and(
-			bson.D{{Key: "$eq", Value: bson.A{head("$_lq", "m"), int32(driver.Exclusive)}}},
-			bson.D{{Key: "$gt", Value: bson.A{head("$_lq", "ht"), int64(0)}}},
+			eq(head("m"), int32(driver.Exclusive)),
+			bson.D{{Key: "$gt", Value: bson.A{head("ht"), int64(0)}}},
 		),
 	}}}
 	return mongo.Pipeline{
@@ -562,7 +564,7 @@ func releaseStages() mongo.Pipeline {
 			{Key: "v", Value: cond("$_ok", "$_ver", "$v")},
 			// freedFor(the new holder's Store), from the head's id:
 			{Key: "fr", Value: cond("$_ok", bson.D{{Key: "$concat", Value: bson.A{
-				cond("$_p", bson.D{{Key: "$ifNull", Value: bson.A{head("$_lq", "s"), "*"}}}, "*"), "$_fr"}}}, "$fr")},
+				cond("$_p", bson.D{{Key: "$ifNull", Value: bson.A{head("s"), "*"}}}, "*"), "$_fr"}}}, "$fr")},
 			{Key: "h", Value: cond("$_ok", cond("$_p", bson.A{promoted}, "$_lh"), "$h")},
 			{Key: "q", Value: cond("$_ok", cond("$_p",
 				bson.D{{Key: "$slice", Value: bson.A{"$_lq", 1, bson.D{{Key: "$max", Value: bson.A{size("$_lq"), 1}}}}}}, "$_lq"), "$q")},

@@ -65,20 +65,17 @@ type sub struct {
 func events(sid string) mongo.Pipeline {
 	excl := int32(driver.Exclusive)
 	head := bson.D{{Key: "$ifNull", Value: bson.A{"$head", bson.D{}}}}
-	anyHolder := func(cond bson.D) bson.D {
+	anyHolder := func(c bson.D) bson.D {
 		return bson.D{{Key: "$anyElementTrue", Value: bson.A{bson.D{{Key: "$map", Value: bson.D{
-			{Key: "input", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}}, {Key: "in", Value: cond}}}}}}}
+			{Key: "input", Value: orEmpty("$holders")}, {Key: "in", Value: c}}}}}}}
 	}
-	eq := func(a, b any) bson.D { return bson.D{{Key: "$eq", Value: bson.A{a, b}}} }
 	missing := func(x any) bson.D { return eq(bson.D{{Key: "$type", Value: x}}, "missing") }
-	headField := func(f string) bson.D {
-		return bson.D{{Key: "$let", Value: bson.D{{Key: "vars", Value: bson.D{{Key: "h", Value: head}}}, {Key: "in", Value: "$$h." + f}}}}
-	}
+	headField := func(f string) bson.D { return fieldOf(head, f) }
 	blocked := bson.D{{Key: "$or", Value: bson.A{
 		anyHolder(eq("$$this.m", excl)),
 		bson.D{{Key: "$and", Value: bson.A{
 			eq(headField("m"), excl),
-			bson.D{{Key: "$gt", Value: bson.A{bson.D{{Key: "$size", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$holders", bson.A{}}}}}}, 0}}},
+			bson.D{{Key: "$gt", Value: bson.A{size(orEmpty("$holders")), 0}}},
 		}}},
 	}}}
 	mine := bson.D{{Key: "$or", Value: bson.A{
