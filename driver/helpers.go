@@ -121,3 +121,35 @@ func ParseURL(raw string) (*url.URL, error) {
 	}
 	return u, err
 }
+
+// ServerMark is a reading of the store's clock, Server, by a call sent at
+// Sent (this machine's clock, with its monotonic reading): the store read
+// its clock after Sent. A store that hands a lock over to a waiter keeps
+// the mark of the waiter's last refused attempt, to prove that the hold it
+// handed over may be counted as a lease without asking (see Proves).
+type ServerMark struct {
+	Sent   time.Time
+	Server time.Time // zero: no mark
+	// Resolution is the store clock's: the reading may be up to this much
+	// behind the clock it was read from.
+	Resolution time.Duration
+}
+
+// Latest is the latest the store's clock can read at t of this machine:
+// the mark plus the time since it was sent, plus 1% of that for clocks
+// that run at different rates.
+func (m ServerMark) Latest(t time.Time) time.Time {
+	el := t.Sub(m.Sent)
+	return m.Server.Add(m.Resolution + el + el/100)
+}
+
+// Proves reports whether a hold handed over to the waiter, created and
+// lasting until expires by the store's clock, may be counted as a lease
+// of ttl from now (baton counts a lease from the moment it calls Acquire):
+// the hold must have been created after the mark (a hold seen before the
+// waiter's last refused attempt may be an earlier one of the same owner),
+// and must last in the store until the latest the store's clock can read
+// ttl from now.
+func (m ServerMark) Proves(created, expires time.Time, ttl time.Duration, now time.Time) bool {
+	return !m.Server.IsZero() && created.After(m.Server) && !m.Latest(now).Add(ttl).After(expires)
+}

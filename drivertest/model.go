@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,6 +166,9 @@ func Model(t *testing.T, cfg ModelConfig) {
 			t.Fatalf("step %d (%s): List: %v", step, what, err)
 		}
 		var gotH, gotQ, wantH, wantQ []string
+		// In token order: holds handed off in one step are checked as new
+		// tokens, each above the one before, whatever order List uses.
+		slices.SortFunc(hs, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
 		for _, h := range hs {
 			if h.Name != name {
 				continue

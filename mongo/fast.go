@@ -334,7 +334,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		case err == nil || !errors.Is(err, driver.ErrNotGranted):
 			s.d.setQueued(key, mark{})
 		case req.Queue:
-			s.d.setQueued(key, mark{sent: sent, server: now})
+			s.d.setQueued(key, newMark(sent, now))
 		}
 		return g, err
 	}
@@ -344,7 +344,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	}
 	if err != nil {
 		if errors.Is(err, driver.ErrNotGranted) {
-			s.d.setQueued(key, mark{sent: sent, server: now})
+			s.d.setQueued(key, newMark(sent, now))
 		}
 		return nil, err
 	}
@@ -356,39 +356,25 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	}
 	g, err = s.Store.Acquire(ctx, req)
 	if err != nil && req.Queue && errors.Is(err, driver.ErrNotGranted) {
-		s.d.setQueued(key, mark{sent: sent, server: now})
+		s.d.setQueued(key, newMark(sent, now))
 	}
 	return g, err
 }
 
 // mark is a time of the server's clock ($$NOW, in milliseconds) read by a
-// command sent at sent (this machine's monotonic clock): the server's
-// clock at any later moment t of this machine is at most server + 1ms +
-// (t - sent), plus 1% of that for clocks that run at different rates.
-type mark struct {
-	sent   time.Time
-	server time.Time // zero: none
-}
+// command sent at a time of this machine.
+type mark = driver.ServerMark
 
-// serverBound is the latest the server's clock can read at t.
-func (m mark) serverBound(t time.Time) time.Time {
-	el := t.Sub(m.sent)
-	return m.server.Add(time.Millisecond + el + el/100)
+func newMark(sent, server time.Time) mark {
+	return mark{Sent: sent, Server: server, Resolution: time.Millisecond}
 }
 
 // handedGrant returns the hold the change stream found handed over to
-// req's owner (see watch.go), if baton may count it as a lease of req.TTL
-// from now on. The owner's last refused attempt is the mark:
-//   - the hold must have been created after it: a document the stream
-//     read before the owner's last release may show an earlier hold of the
-//     same owner;
-//   - baton counts a lease from the moment it calls Acquire, so the hold
-//     must last in the store until the server's clock reads, at the
-//     latest, now + req.TTL, which the mark bounds.
-//
-// Otherwise (no mark, a wait so long that drift eats the margin, another
-// mode) Acquire asks the server, which finds the owner holding and extends
-// the hold.
+// req's owner (see watch.go), if the mark of the owner's last refused
+// attempt proves that baton may count it as a lease of req.TTL from now on
+// (driver.ServerMark.Proves). Otherwise (no mark, a wait so long that drift
+// eats the margin, another mode) Acquire asks the server, which finds the
+// owner holding and extends the hold.
 func (d *docs) handedGrant(req *driver.Request, now time.Time) *driver.Grant {
 	k := driver.Key{Name: req.Name, Owner: req.Owner}
 	d.queuedMu.Lock()
@@ -399,8 +385,8 @@ func (d *docs) handedGrant(req *driver.Request, now time.Time) *driver.Grant {
 		delete(d.heads, k)
 	}
 	d.queuedMu.Unlock()
-	if e == nil || m.server.IsZero() || driver.Mode(e.Mode) != req.Mode || int(e.Limit) != req.Limit ||
-		!fromNanos(e.Created).After(m.server) || m.serverBound(now).Add(req.TTL).After(fromNanos(e.Expires)) {
+	if e == nil || driver.Mode(e.Mode) != req.Mode || int(e.Limit) != req.Limit ||
+		!m.Proves(fromNanos(e.Created), fromNanos(e.Expires), req.TTL, now) {
 		return nil
 	}
 	return &driver.Grant{Token: uint64(e.Token), Created: fromNanos(e.Created), Renewed: fromNanos(e.Renewed), Expires: fromNanos(e.Expires)}
@@ -452,7 +438,7 @@ func (d *docs) setQueued(k driver.Key, m mark) {
 	d.queuedMu.Lock()
 	defer d.queuedMu.Unlock()
 	switch {
-	case m.sent.IsZero():
+	case m.Sent.IsZero():
 		delete(d.queued, k)
 		delete(d.handed, k)
 	case d.queued == nil || len(d.queued) >= maxQueued:

@@ -20,8 +20,10 @@ const listenerLinger = 10 * time.Second
 
 // hub runs a Store's listener connection and hands the notifications it
 // receives to the watches of this process. A notification's payload is a
-// lock name, then the owners it concerns, one per line; the name alone
-// concerns every waiter of the name. Each name has a channel closed and
+// lock name, then a line per owner it concerns: the owner, followed, when
+// the server handed the name over to it, by the hold's token, created and
+// expires times (µs since 1970), mode and limit, separated by spaces; the
+// name alone concerns every waiter of the name. Each name has a channel closed and
 // replaced for name-wide wake-ups, and each (name, owner) one for wake-ups
 // of that owner: a watch waits on both, and after each return takes the
 // current ones, so it never misses a wake-up that comes after its previous
@@ -47,6 +49,11 @@ type hub struct {
 	listening time.Time
 	heard     map[string]time.Time
 	heardFrom time.Time
+
+	// marks and handed serve the server's hand-off (see handoff.go), by
+	// name+"\n"+owner.
+	marks  map[string]driver.ServerMark
+	handed map[string]handedHold
 }
 
 // heardFor bounds how long the hub remembers a notification: the gap
@@ -165,8 +172,12 @@ func (h *hub) deliver(payload string) {
 		t.all = make(chan struct{})
 		return
 	}
-	for _, owner := range strings.Split(rest, "\n") {
+	for line := range strings.SplitSeq(rest, "\n") {
+		owner, hold, _ := strings.Cut(line, " ")
 		if o := t.owners[owner]; o != nil {
+			if hold != "" {
+				h.setHanded(name, owner, hold)
+			}
 			close(o.ch)
 			o.ch = make(chan struct{})
 		}
@@ -191,7 +202,8 @@ func (h *hub) remember(name, owners string) {
 		h.heard[name] = now
 		return
 	}
-	for _, owner := range strings.Split(owners, "\n") {
+	for line := range strings.SplitSeq(owners, "\n") {
+		owner, _, _ := strings.Cut(line, " ")
 		h.heard[name+"\n"+owner] = now
 	}
 }

@@ -488,11 +488,15 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
+	if g := s.hub.handedGrant(req, time.Now()); g != nil {
+		return g, nil
+	}
 	var (
 		status                    int16
 		token, after              int64
 		created, renewed, expires time.Time
 	)
+	sent := time.Now()
 	// The call outlives ctx: a statement whose connection closes still
 	// commits, and a grant or queue entry nobody learns of would block the
 	// name until it expires. Its outcome comes back instead, and baton
@@ -509,8 +513,15 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	}
 	switch status {
 	case 0, 1:
+		if req.Queue {
+			s.hub.setMark(req, driver.ServerMark{})
+		}
 		return &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires, Extended: status == 1}, nil
 	case 2:
+		if req.Queue {
+			// created is the server's clock, read after sent.
+			s.hub.setMark(req, driver.ServerMark{Sent: sent, Server: created, Resolution: time.Microsecond})
+		}
 		return nil, &driver.Busy{After: time.Duration(after)}
 	case 3:
 		return nil, driver.ErrModeConflict

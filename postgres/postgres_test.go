@@ -837,10 +837,15 @@ func TestRestart(t *testing.T) {
 	})
 }
 
-// TestModel checks the store's PL/pgSQL rules against lockstate's.
+// TestModel checks the store's PL/pgSQL rules against lockstate's, with
+// the hand-off to queued requests (lockstate.Promote) that every call
+// letting an entry go does.
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, freshTable(t)) }})
+		drivertest.Model(t, drivertest.ModelConfig{
+			Open:     func(t testing.TB) driver.Store { return open(t, freshTable(t)) },
+			HandsOff: true,
+		})
 	})
 }
 
@@ -873,6 +878,90 @@ func TestAcquireOutlivesItsContext(t *testing.T) {
 		held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "outlive"}})
 		if err != nil || !held[0] {
 			t.Fatalf("Release of the grant (token %d) = %v, %v", g.Token, held, err)
+		}
+	})
+}
+
+// queryCounter counts the queries of a pool's connections while counting
+// is set.
+type queryCounter struct {
+	counting atomic.Bool
+	n        atomic.Int64
+}
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if c.counting.Load() {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestHandOffWithoutAsking: the release of a name somebody waits for hands
+// it over in the server, and the waiter, told so by the notification,
+// takes the hold without a call of its own, with the next token.
+func TestHandOffWithoutAsking(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		holder := open(t, tb)
+		cfg, err := pgxpool.ParseConfig(dsn(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var qc queryCounter
+		cfg.ConnConfig.Tracer = &qc
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		ws, err := postgres.New(p, &postgres.Options{Table: tb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		waiter := client(t, ws, &baton.Options{TTL: 10 * time.Second})
+		n := "handoff/" + t.Name()
+		g, err := holder.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *baton.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, n, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		for {
+			hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hs) == 2 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the waiter blocks in its wait
+		qc.counting.Store(true)
+		if ok, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		l := <-got
+		qc.counting.Store(false)
+		if l == nil {
+			return
+		}
+		defer l.Release(ctx)
+		if l.Token() != g.Token+1 {
+			t.Errorf("waiter's token %d, want %d", l.Token(), g.Token+1)
+		}
+		if c := qc.n.Load(); c != 0 {
+			t.Errorf("the waiter sent %d queries after the release, want 0", c)
 		}
 	})
 }

@@ -21,6 +21,11 @@
 -- clock + TTL is never earlier than send time + TTL, which is what the
 -- holder's own deadline assumes.
 --
+-- The one-row tables {EPOCHS} and {INCARNATION} are always read by their
+-- key (WHERE id): the entry points run with enable_seqscan off, under
+-- which PostgreSQL 17 and earlier cost a scan high enough to compile the
+-- statement with JIT, 30-150 ms a call.
+--
 -- Durability: lock calls commit asynchronously, without waiting for the
 -- disk, except grants and renewals of leases longer than the caller's
 -- bound (p_durable, in ns; -1 makes them all durable). A crash of the
@@ -69,6 +74,11 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 	expires timestamptz NOT NULL,
 	PRIMARY KEY (name, owner)
 ) WITH (fillfactor = 80);
+-- From schema 4: a queue entry keeps the TTL of the hold it asks for, and
+-- its owner's bound on leases granted without a flush (see wake).
+ALTER TABLE {HOLDS}
+	ADD COLUMN IF NOT EXISTS hold_ttl bigint,
+	ADD COLUMN IF NOT EXISTS durable  bigint;
 
 CREATE INDEX IF NOT EXISTS {OWNER_IX} ON {HOLDS} (owner);
 
@@ -102,6 +112,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {INCARNATION} (
 -- inline holds: calls of older versions fail instead of misjudging.
 DROP FUNCTION IF EXISTS {ACQUIRE}(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb);
 DROP FUNCTION IF EXISTS {RENEW}(text[], text[], bigint[]);
+DROP FUNCTION IF EXISTS {WAKE}(text);
 
 -- new_epoch starts a new epoch, durably: on a new incarnation (the marker
 -- is missing: grace follows), when a name's counter is full, or to
@@ -111,13 +122,13 @@ CREATE OR REPLACE FUNCTION {NEWEPOCH}(p_incarnation boolean,
 	OUT o_epoch integer, OUT o_max_ttl bigint, OUT o_grace timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
-	PERFORM 1 FROM {EPOCHS} FOR UPDATE; -- one at a time
-	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, o_max_ttl, o_grace FROM {INCARNATION} i;
+	PERFORM 1 FROM {EPOCHS} e WHERE e.id FOR UPDATE; -- one at a time
+	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, o_max_ttl, o_grace FROM {INCARNATION} i WHERE i.id;
 	IF FOUND AND p_incarnation THEN
 		RETURN; -- another session began it
 	END IF;
 	PERFORM set_config('synchronous_commit', 'on', true);
-	UPDATE {EPOCHS} SET epoch = epoch + 1 RETURNING epoch, max_ttl INTO o_epoch, o_max_ttl;
+	UPDATE {EPOCHS} e SET epoch = e.epoch + 1 WHERE e.id RETURNING e.epoch, e.max_ttl INTO o_epoch, o_max_ttl;
 	IF o_grace IS NULL THEN -- a new incarnation
 		o_grace := clock_timestamp() + ((o_max_ttl + 999) / 1000) * interval '1 microsecond';
 	END IF;
@@ -131,8 +142,10 @@ CREATE OR REPLACE FUNCTION {RAISE}(p_ttl bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM set_config('synchronous_commit', 'on', true);
-	UPDATE {EPOCHS} SET max_ttl = greatest(max_ttl, p_ttl);
-	UPDATE {INCARNATION} SET max_ttl = greatest(max_ttl, p_ttl);
+	-- (By the key: callers may run with enable_seqscan off, which makes a
+	-- scan cost enough for PostgreSQL 15 to compile the statement with JIT.)
+	UPDATE {EPOCHS} e SET max_ttl = greatest(e.max_ttl, p_ttl) WHERE e.id;
+	UPDATE {INCARNATION} i SET max_ttl = greatest(i.max_ttl, p_ttl) WHERE i.id;
 END $$;
 
 -- begin reads the marker (starting a new incarnation if it is missing)
@@ -146,7 +159,7 @@ DECLARE
 	v_max_ttl bigint;
 	v_new     boolean := false;
 BEGIN
-	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, v_max_ttl, o_grace FROM {INCARNATION} i;
+	SELECT i.epoch, i.max_ttl, i.grace INTO o_epoch, v_max_ttl, o_grace FROM {INCARNATION} i WHERE i.id;
 	IF NOT FOUND THEN
 		SELECT e.o_epoch, e.o_max_ttl, e.o_grace INTO o_epoch, v_max_ttl, o_grace FROM {NEWEPOCH}(true) e;
 		v_new := true;
@@ -175,7 +188,7 @@ BEGIN
 	  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	IF NOT FOUND THEN
 		PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
-		SELECT i.epoch INTO p_epoch FROM {INCARNATION} i;
+		SELECT i.epoch INTO p_epoch FROM {INCARNATION} i WHERE i.id;
 		IF NOT FOUND THEN
 			SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(true) e;
 		END IF;
@@ -219,49 +232,89 @@ BEGIN
 	RETURN v_token;
 END $$;
 
--- wake notifies, at commit, the queued requests of p_name that the grant
--- rules would now grant (the caller has dropped expired entries): the
--- payload is the name, then one owner per line; the name alone wakes every
+-- wake lets in, at commit, the queued requests of p_name that the grant
+-- rules would now grant (the caller has dropped expired entries), in FIFO
+-- order, and notifies them. With p_promote, the server hands the name over
+-- (lockstate.Promote): each such request is granted as if it had asked
+-- again, with the next token, for the TTL it asked for plus
+-- lockstate.HandOffExtra (room for telling its owner), and committed
+-- durably when its owner's bound says so. Without p_promote (a
+-- transaction of InLockedTx, which may last long after this), and for an
+-- entry that cannot be granted yet (within a grace period, or made by an
+-- older version of this package without a hold TTL), the owner is only
+-- woken to ask again. The payload is the name, then one line per owner:
+-- "owner token created expires mode limit" (times in microseconds since
+-- 1970) for a hold handed over, the owner alone for a wake-up; the name alone wakes every
 -- waiter of the name.
-CREATE OR REPLACE FUNCTION {WAKE}(p_name text) RETURNS void
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {WAKE}(p_name text, p_promote boolean) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	v_holders integer; -- counted once a queue entry is found
 	v_excl    boolean;
 	v_lim     integer; -- the shared holders' limit, or the queue's so far
 	v_ahead   integer := 0;
 	v_payload text := p_name;
+	v_line    text;
 	v_n       integer := 0;
+	v_epoch   integer;
+	v_max_ttl bigint;
+	v_grace   timestamptz;
+	v_now     timestamptz;
+	v_ttl     bigint;
+	v_token   bigint;
 	q         record;
 BEGIN
-	FOR q IN SELECT e.owner, e.mode, e.lim FROM {HOLDS} e
+	FOR q IN SELECT e.owner, e.mode, e.lim, e.hold_ttl, e.durable FROM {HOLDS} e
 	          WHERE e.name = p_name AND e.queued ORDER BY e.token LOOP
 		IF v_holders IS NULL THEN
 			SELECT count(*), coalesce(bool_or(e.mode = 1), false), min(e.lim) FILTER (WHERE e.mode = 2)
 			  INTO v_holders, v_excl, v_lim
 			  FROM {HOLDS} e WHERE e.name = p_name AND NOT e.queued;
+			IF p_promote THEN
+				SELECT i.epoch, i.max_ttl, i.grace INTO v_epoch, v_max_ttl, v_grace FROM {INCARNATION} i WHERE i.id;
+				v_now := clock_timestamp();
+			END IF;
 		END IF;
 		IF q.mode = 1 THEN
-			IF v_holders = 0 AND v_ahead = 0 THEN
-				v_payload := v_payload || E'\n' || q.owner;
-				v_n := v_n + 1;
+			EXIT WHEN v_holders > 0 OR v_ahead > 0;
+		ELSE
+			EXIT WHEN v_excl;
+			-- A request for another limit than the holders' or the queue's
+			-- ahead is not granted, and keeps those behind it out.
+			EXIT WHEN v_lim IS NOT NULL AND q.lim <> v_lim;
+			v_lim := q.lim;
+			EXIT WHEN q.lim > 0 AND v_holders + v_ahead >= q.lim;
+		END IF;
+		v_line := q.owner;
+		-- (v_epoch is NULL when the marker is missing: the next acquire
+		-- starts the new incarnation, and its grace period.)
+		IF p_promote AND q.hold_ttl IS NOT NULL AND v_epoch IS NOT NULL AND v_now >= v_grace THEN
+			v_ttl := q.hold_ttl + least(greatest(q.hold_ttl / 20, 1000000), 50000000);
+			IF q.durable < 0 OR v_ttl > q.durable THEN
+				PERFORM set_config('synchronous_commit', 'on', true);
+			ELSIF v_ttl > v_max_ttl THEN
+				PERFORM {RAISE}(v_ttl); -- committed with the grant, or lost with it
+				v_max_ttl := v_ttl;
 			END IF;
-			EXIT; -- nobody behind an exclusive request can be granted
+			v_token := {NEXT}(p_name, v_epoch);
+			UPDATE {HOLDS} e
+			   SET queued = false, token = v_token, ttl_ns = q.hold_ttl, hold_ttl = NULL, durable = NULL,
+			       created = v_now, renewed = v_now, expires = v_now + ((v_ttl + 999) / 1000) * interval '1 microsecond'
+			 WHERE e.name = p_name AND e.owner = q.owner
+			RETURNING v_line || ' ' || e.token || ' ' || (extract(epoch FROM e.created) * 1000000)::bigint
+			          || ' ' || (extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
+			INTO v_line;
 		END IF;
-		EXIT WHEN v_excl;
-		-- A request for another limit than the holders' or the queue's
-		-- ahead is not granted, and keeps those behind it out.
-		EXIT WHEN v_lim IS NOT NULL AND q.lim <> v_lim;
-		v_lim := q.lim;
-		EXIT WHEN q.lim > 0 AND v_holders + v_ahead >= q.lim;
-		v_payload := v_payload || E'\n' || q.owner;
+		v_payload := v_payload || E'\n' || v_line;
 		v_n := v_n + 1;
-		IF octet_length(v_payload) > 7000 THEN -- NOTIFY payloads stop at 8000 bytes
-			v_payload := p_name;
-			EXIT;
-		END IF;
+		EXIT WHEN q.mode = 1; -- nobody behind an exclusive request can be granted
 		v_ahead := v_ahead + 1;
 	END LOOP;
+	IF octet_length(v_payload) > 7000 THEN
+		-- NOTIFY payloads stop at 8000 bytes: wake every waiter instead,
+		-- and those handed the name find it theirs when they ask.
+		v_payload := p_name;
+	END IF;
 	IF v_n > 0 THEN
 		PERFORM pg_notify({CHANNEL}, v_payload);
 	END IF;
@@ -316,9 +369,6 @@ BEGIN
 		       xt = (greatest(k.epoch, i.epoch)::bigint << 32) | CASE WHEN k.epoch >= i.epoch THEN k.seq + 1 ELSE 1 END,
 		       xc = t.now, xr = t.now, xe = t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
 		  FROM (SELECT clock_timestamp() AS now) t, {INCARNATION} i
-		 -- i.id: the marker by its key (a scan of it would cost enough,
-		 -- with enable_seqscan off, for PostgreSQL 15 to compile the
-		 -- statement with JIT: 150 ms)
 		 WHERE i.id AND k.name = p_name AND NOT k.busy AND (k.xo IS NULL OR k.xe <= t.now)
 		   AND (k.epoch < i.epoch OR k.seq < 4294967295) AND t.now >= i.grace
 		   AND (p_durable < 0 OR p_ttl > p_durable OR p_ttl <= i.max_ttl)
@@ -333,7 +383,7 @@ BEGIN
 
 	-- begin's common case, inline: the marker is there, and the lease
 	-- needs no flush and no raise of max_ttl.
-	SELECT i.epoch, i.max_ttl, i.grace INTO v_epoch, v_max_ttl, v_grace FROM {INCARNATION} i;
+	SELECT i.epoch, i.max_ttl, i.grace INTO v_epoch, v_max_ttl, v_grace FROM {INCARNATION} i WHERE i.id;
 	IF FOUND AND p_durable >= 0 AND p_ttl <= p_durable AND p_ttl <= v_max_ttl THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	ELSE
@@ -347,7 +397,7 @@ BEGIN
 			-- its row takes the current epoch, read under the reclaim
 			-- lock (see take).
 			PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
-			SELECT i.epoch INTO v_epoch FROM {INCARNATION} i;
+			SELECT i.epoch INTO v_epoch FROM {INCARNATION} i WHERE i.id;
 			INSERT INTO {COUNTERS} AS k (name, seq, epoch, xo, xt, xh, xm, xttl, xc, xr, xe)
 			SELECT p_name, 1, v_epoch, p_owner, (v_epoch::bigint << 32) | 1, p_host, p_meta, p_ttl, t.now, t.now,
 			       t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
@@ -420,8 +470,10 @@ BEGIN
 			IF v_found THEN -- leaves the queue
 				UPDATE {HOLDS} e
 				   SET queued = false, mode = p_mode, lim = p_limit, token = o_token, host = p_host,
-				       meta = p_meta, ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = o_expires
+				       meta = p_meta, ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = o_expires,
+				       hold_ttl = NULL, durable = NULL
 				 WHERE e.name = p_name AND e.owner = p_owner;
+				v_gone := v_gone + 1; -- the entries behind it move up: wake them
 			ELSE
 				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
 				VALUES (p_name, p_owner, false, p_mode, p_limit, o_token, p_host, p_meta, p_ttl, v_now, v_now, o_expires);
@@ -434,14 +486,16 @@ BEGIN
 					-- waiter that polls often does not write each time.
 					IF v_qexpires - v_now < ((p_qttl / 2 + 999) / 1000) * interval '1 microsecond' THEN
 						UPDATE {HOLDS} e
-						   SET renewed = v_now, expires = v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond'
+						   SET renewed = v_now, expires = v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond',
+						       hold_ttl = p_ttl, durable = p_durable
 						 WHERE e.name = p_name AND e.owner = p_owner;
 					END IF;
 				ELSE
 					UPDATE {COUNTERS} k SET ticket = k.ticket + 1 WHERE k.name = p_name RETURNING k.ticket INTO v_ticket;
-					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
+					                     hold_ttl, durable)
 					VALUES (p_name, p_owner, true, p_mode, p_limit, v_ticket, p_host, p_meta, p_qttl, v_now, v_now,
-					        v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond');
+					        v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable);
 				END IF;
 			END IF;
 			o_status := 2;
@@ -451,7 +505,7 @@ BEGIN
 		END IF;
 	END IF;
 	IF v_gone > 0 THEN
-		PERFORM {WAKE}(p_name);
+		PERFORM {WAKE}(p_name, true);
 	END IF;
 	PERFORM {SETTLE}(p_name);
 END $$;
@@ -511,7 +565,7 @@ BEGIN
 			RETURN NEXT;
 		END IF;
 		IF v_gone > 0 THEN -- expired holders dropped: waiters may go
-			PERFORM {WAKE}(r.name);
+			PERFORM {WAKE}(r.name, true);
 		END IF;
 		PERFORM {SETTLE}(r.name);
 	END LOOP;
@@ -572,7 +626,7 @@ BEGIN
 		  INTO v_gone, v_held
 		  FROM d;
 		IF v_gone > 0 THEN
-			PERFORM {WAKE}(r.name);
+			PERFORM {WAKE}(r.name, true);
 		END IF;
 		PERFORM {SETTLE}(r.name);
 		o_i := r.i;
@@ -612,7 +666,7 @@ BEGIN
 			SELECT d.name, d.owner, d.mode, d.lim, d.token, d.host, d.meta, d.ttl_ns,
 			       d.created, d.renewed, d.expires, v_now
 			  FROM d WHERE NOT d.queued;
-		PERFORM {WAKE}(r.name);
+		PERFORM {WAKE}(r.name, true);
 		PERFORM {SETTLE}(r.name);
 	END LOOP;
 END $$;
@@ -630,13 +684,13 @@ DECLARE
 	v_n     bigint;
 	r       record;
 BEGIN
-	IF EXISTS (SELECT 1 FROM {EPOCHS} WHERE reclaimed > clock_timestamp() - v_every) THEN
+	IF EXISTS (SELECT 1 FROM {EPOCHS} e WHERE e.id AND e.reclaimed > clock_timestamp() - v_every) THEN
 		RETURN -1;
 	END IF;
 	PERFORM set_config('synchronous_commit', 'off', true);
 	-- Rows are created under this lock, shared (see take).
 	PERFORM pg_advisory_xact_lock(hashtextextended({KEY}, 0));
-	UPDATE {EPOCHS} SET reclaimed = clock_timestamp() WHERE reclaimed <= clock_timestamp() - v_every;
+	UPDATE {EPOCHS} e SET reclaimed = clock_timestamp() WHERE e.id AND e.reclaimed <= clock_timestamp() - v_every;
 	IF NOT FOUND THEN
 		RETURN -1; -- another one just ran
 	END IF;
@@ -644,7 +698,7 @@ BEGIN
 	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e WHERE e.expires <= clock_timestamp() - v_every ORDER BY e.name LOOP
 		PERFORM {TAKE}(r.name, 0);
 		DELETE FROM {HOLDS} e WHERE e.name = r.name AND e.expires <= clock_timestamp();
-		PERFORM {WAKE}(r.name);
+		PERFORM {WAKE}(r.name, true);
 		PERFORM {SETTLE}(r.name);
 	END LOOP;
 	SELECT e.o_epoch INTO v_epoch FROM {NEWEPOCH}(false) e;
@@ -725,7 +779,7 @@ BEGIN
 	   AND e.token = p_token AND e.expires > clock_timestamp();
 	v_ok := FOUND;
 	IF v_ok THEN
-		PERFORM {WAKE}(p_name);
+		PERFORM {WAKE}(p_name, false);
 	END IF;
 	PERFORM {SETTLE}(p_name);
 	RETURN v_ok;
