@@ -839,12 +839,26 @@ func TestRestart(t *testing.T) {
 
 // TestModel checks the store's PL/pgSQL rules against lockstate's, with
 // the hand-off to queued requests (lockstate.Promote) that every call
-// letting an entry go does.
+// letting an entry go does. After each step, a name's row must be busy
+// exactly when the name has entries in the holds table: the fast path
+// grants a name that is not busy without looking there.
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		tb := freshTable(t)
+		p := pool(t)
+		q := fmt.Sprintf("SELECT k.busy, EXISTS (SELECT 1 FROM %s_holds e WHERE e.name = k.name) FROM %s k WHERE k.name = $1", tb, tb)
 		drivertest.Model(t, drivertest.ModelConfig{
-			Open:     func(t testing.TB) driver.Store { return open(t, freshTable(t)) },
+			Open:     func(t testing.TB) driver.Store { return open(t, tb) },
 			HandsOff: true,
+			AfterStep: func(t *testing.T, step int, name string, _ map[string]uint64) {
+				var busy, entries bool
+				if err := p.QueryRow(context.Background(), q, name).Scan(&busy, &entries); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+					t.Fatal(err)
+				}
+				if busy != entries {
+					t.Fatalf("step %d: %s is busy %v, has entries %v", step, name, busy, entries)
+				}
+			},
 		})
 	})
 }

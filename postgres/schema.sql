@@ -108,11 +108,14 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {INCARNATION} (
 	grace   timestamptz NOT NULL -- nothing is granted before
 );
 
--- Schema 2's functions with other signatures, which know nothing of
--- inline holds: calls of older versions fail instead of misjudging.
+-- Functions of earlier schemas whose arguments or results changed, which
+-- CREATE OR REPLACE cannot replace (schema 2's know nothing of inline
+-- holds: calls of older versions fail instead of misjudging).
 DROP FUNCTION IF EXISTS {ACQUIRE}(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb);
 DROP FUNCTION IF EXISTS {RENEW}(text[], text[], bigint[]);
 DROP FUNCTION IF EXISTS {WAKE}(text);
+DROP FUNCTION IF EXISTS {WAKE}(text, boolean);
+DROP FUNCTION IF EXISTS {TAKE}(text, integer);
 
 -- new_epoch starts a new epoch, durably: on a new incarnation (the marker
 -- is missing: grace follows), when a name's counter is full, or to
@@ -175,16 +178,18 @@ BEGIN
 END $$;
 
 -- take locks p_name's row, creating it, and moves its inline hold, if
--- live, to {HOLDS}. It returns the epoch for the name's next token: a new
+-- live, to {HOLDS}. It returns the epoch for the name's next token (a new
 -- row takes the current one, read under the lock that reclaim takes before
 -- it deletes rows, so that a name reclaimed and used again never reissues
--- a token.
-CREATE OR REPLACE FUNCTION {TAKE}(p_name text, p_epoch integer) RETURNS integer
+-- a token), and busy as the row had it: when it was set, and the caller
+-- deletes no entry, the name still has entries when it is done, and busy
+-- needs no settling.
+CREATE OR REPLACE FUNCTION {TAKE}(p_name text, INOUT p_epoch integer, OUT o_busy boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
 	r record;
 BEGIN
-	SELECT k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+	SELECT k.busy, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
 	  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	IF NOT FOUND THEN
 		PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
@@ -193,9 +198,10 @@ BEGIN
 			SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(true) e;
 		END IF;
 		INSERT INTO {COUNTERS} (name, epoch) VALUES (p_name, p_epoch) ON CONFLICT (name) DO NOTHING;
-		SELECT k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+		SELECT k.busy, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
 		  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	END IF;
+	o_busy := r.busy;
 	IF r.xo IS NOT NULL THEN
 		IF r.xe > clock_timestamp() THEN
 			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
@@ -203,7 +209,6 @@ BEGIN
 		END IF;
 		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL WHERE k.name = p_name;
 	END IF;
-	RETURN p_epoch;
 END $$;
 
 -- settle sets busy to whether p_name has entries in {HOLDS}; its row is
@@ -222,13 +227,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
 	v_token bigint;
 BEGIN
-	IF EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name AND k.epoch >= p_epoch AND k.seq >= 4294967295) THEN
+	FOR i IN 1..2 LOOP
+		UPDATE {COUNTERS} k
+		   SET seq = CASE WHEN k.epoch >= p_epoch THEN k.seq + 1 ELSE 1 END, epoch = greatest(k.epoch, p_epoch)
+		 WHERE k.name = p_name AND (k.epoch < p_epoch OR k.seq < 4294967295)
+		RETURNING (k.epoch::bigint << 32) | k.seq INTO v_token;
+		EXIT WHEN FOUND;
 		SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(false) e; -- the counter is full
-	END IF;
-	UPDATE {COUNTERS} k
-	   SET seq = CASE WHEN k.epoch >= p_epoch THEN k.seq + 1 ELSE 1 END, epoch = greatest(k.epoch, p_epoch)
-	 WHERE k.name = p_name
-	RETURNING (k.epoch::bigint << 32) | k.seq INTO v_token;
+	END LOOP;
 	RETURN v_token;
 END $$;
 
@@ -245,8 +251,8 @@ END $$;
 -- woken to ask again. The payload is the name, then one line per owner:
 -- "owner token created expires mode limit" (times in microseconds since
 -- 1970) for a hold handed over, the owner alone for a wake-up; the name alone wakes every
--- waiter of the name.
-CREATE OR REPLACE FUNCTION {WAKE}(p_name text, p_promote boolean) RETURNS void
+-- waiter of the name. It returns how many requests it granted.
+CREATE OR REPLACE FUNCTION {WAKE}(p_name text, p_promote boolean) RETURNS integer
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	v_holders integer; -- counted once a queue entry is found
@@ -262,6 +268,7 @@ DECLARE
 	v_now     timestamptz;
 	v_ttl     bigint;
 	v_token   bigint;
+	v_granted integer := 0;
 	q         record;
 BEGIN
 	FOR q IN SELECT e.owner, e.mode, e.lim, e.hold_ttl, e.durable FROM {HOLDS} e
@@ -304,6 +311,7 @@ BEGIN
 			RETURNING v_line || ' ' || e.token || ' ' || (extract(epoch FROM e.created) * 1000000)::bigint
 			          || ' ' || (extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
 			INTO v_line;
+			v_granted := v_granted + 1;
 		END IF;
 		v_payload := v_payload || E'\n' || v_line;
 		v_n := v_n + 1;
@@ -318,6 +326,7 @@ BEGIN
 	IF v_n > 0 THEN
 		PERFORM pg_notify({CHANNEL}, v_payload);
 	END IF;
+	RETURN v_granted;
 END $$;
 
 -- acquire applies the grant rules of package lockstate to one request.
@@ -353,6 +362,10 @@ DECLARE
 	v_ok         boolean;
 	v_conflict   boolean;
 	v_max_ttl    bigint;
+	v_busy       boolean;
+	v_moved      boolean := false;
+	v_known      boolean;
+	v_sync       text;
 BEGIN
 	-- The fast path, in one statement: an exclusive request on a name whose
 	-- row is not busy and has no live inline hold, with the marker there,
@@ -382,17 +395,20 @@ BEGIN
 	END IF;
 
 	-- begin's common case, inline: the marker is there, and the lease
-	-- needs no flush and no raise of max_ttl.
-	SELECT i.epoch, i.max_ttl, i.grace INTO v_epoch, v_max_ttl, v_grace FROM {INCARNATION} i WHERE i.id;
-	IF FOUND AND p_durable >= 0 AND p_ttl <= p_durable AND p_ttl <= v_max_ttl THEN
-		PERFORM set_config('synchronous_commit', 'off', true);
-	ELSE
+	-- needs no flush and no raise of max_ttl. And whether the name has a
+	-- row, in the same statement.
+	SELECT i.epoch, i.max_ttl, i.grace, EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name),
+	       CASE WHEN p_durable >= 0 AND p_ttl <= p_durable AND p_ttl <= i.max_ttl
+	            THEN set_config('synchronous_commit', 'off', true) END
+	  INTO v_epoch, v_max_ttl, v_grace, v_known, v_sync FROM {INCARNATION} i WHERE i.id;
+	IF NOT FOUND OR p_durable < 0 OR p_ttl > p_durable OR p_ttl > v_max_ttl THEN
 		SELECT b.o_epoch, b.o_grace INTO v_epoch, v_grace FROM {BEGIN}(p_ttl, p_durable) b;
+		v_known := EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name);
 	END IF;
 
 	v_now := clock_timestamp();
 	IF p_mode = 1 AND v_now >= v_grace THEN
-		IF NOT EXISTS (SELECT 1 FROM {COUNTERS} k WHERE k.name = p_name) THEN
+		IF NOT v_known THEN
 			-- A new name (or one reclaimed) takes an inline hold at once:
 			-- its row takes the current epoch, read under the reclaim
 			-- lock (see take).
@@ -411,7 +427,7 @@ BEGIN
 		END IF;
 	END IF;
 
-	v_epoch := {TAKE}(p_name, v_epoch);
+	SELECT t.p_epoch, t.o_busy INTO v_epoch, v_busy FROM {TAKE}(p_name, v_epoch) t;
 	v_now := clock_timestamp();
 	o_token := 0; o_created := v_now; o_renewed := v_now; o_expires := v_now; o_after := 0;
 
@@ -473,7 +489,7 @@ BEGIN
 				       meta = p_meta, ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = o_expires,
 				       hold_ttl = NULL, durable = NULL
 				 WHERE e.name = p_name AND e.owner = p_owner;
-				v_gone := v_gone + 1; -- the entries behind it move up: wake them
+				v_moved := true; -- the entries behind it move up
 			ELSE
 				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
 				VALUES (p_name, p_owner, false, p_mode, p_limit, o_token, p_host, p_meta, p_ttl, v_now, v_now, o_expires);
@@ -491,11 +507,15 @@ BEGIN
 						 WHERE e.name = p_name AND e.owner = p_owner;
 					END IF;
 				ELSE
-					UPDATE {COUNTERS} k SET ticket = k.ticket + 1 WHERE k.name = p_name RETURNING k.ticket INTO v_ticket;
+					WITH t AS (
+						UPDATE {COUNTERS} k SET ticket = k.ticket + 1, busy = true WHERE k.name = p_name RETURNING k.ticket
+					)
 					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
 					                     hold_ttl, durable)
-					VALUES (p_name, p_owner, true, p_mode, p_limit, v_ticket, p_host, p_meta, p_qttl, v_now, v_now,
-					        v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable);
+					SELECT p_name, p_owner, true, p_mode, p_limit, t.ticket, p_host, p_meta, p_qttl, v_now, v_now,
+					       v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable
+					  FROM t;
+					v_busy := true;
 				END IF;
 			END IF;
 			o_status := 2;
@@ -504,10 +524,13 @@ BEGIN
 			END IF;
 		END IF;
 	END IF;
-	IF v_gone > 0 THEN
+	IF v_gone > 0 OR v_moved THEN
 		PERFORM {WAKE}(p_name, true);
 	END IF;
-	PERFORM {SETTLE}(p_name);
+	-- Entries were only added or changed: if the name had some, it has.
+	IF NOT v_busy OR v_gone > 0 THEN
+		PERFORM {SETTLE}(p_name);
+	END IF;
 END $$;
 
 -- renew extends the live holds among (p_names[i], p_owners[i]) by
@@ -625,10 +648,10 @@ BEGIN
 		SELECT count(*), coalesce(bool_or(d.owner = r.owner AND d.expires > v_now AND NOT d.queued), false)
 		  INTO v_gone, v_held
 		  FROM d;
-		IF v_gone > 0 THEN
-			PERFORM {WAKE}(r.name, true);
+		-- A request granted here holds the name, which was busy.
+		IF v_gone = 0 OR {WAKE}(r.name, true) = 0 THEN
+			PERFORM {SETTLE}(r.name);
 		END IF;
-		PERFORM {SETTLE}(r.name);
 		o_i := r.i;
 		o_held := v_held;
 		RETURN NEXT;
