@@ -37,7 +37,7 @@
 //	store          atomic decision                      clock                   token                      wakes waiters
 //	mem            records: a map under a mutex         process monotonic       per-name counter           channel per name
 //	SQLite         records: BEGIN IMMEDIATE txn         machine monotonic+boot  boot epoch + counter       in-process + inotify on the WAL
-//	PostgreSQL     one server-side function call        clock_timestamp()       server epoch + counter     LISTEN/NOTIFY
+//	PostgreSQL     one server-side function call        clock_timestamp()       server epoch + counter     grant sent by NOTIFY
 //	MySQL/MariaDB  one stored-procedure call            NOW(6)                  per-name counter (row)     GET_LOCK queue
 //	Redis          one Lua script (hash + sorted set)   Redis TIME              max(last+1, TIME in µs)    grant pushed to a per-waiter list, BLPOP
 //	etcd           txn on lease-bound keys              etcd leases             key's create revision      watch on the predecessor

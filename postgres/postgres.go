@@ -62,9 +62,12 @@
 // elsewhere (dump with --no-unlogged-table-data). Why:
 // docs/stores/postgres.md#durability.
 //
-// Waking waiters: LISTEN/NOTIFY (driver.Waiter), on one connection of its
-// own while the Store has waiters; LISTEN does not work through a pooler
-// in transaction mode (PgBouncer). See docs/stores/postgres.md#waking-waiters.
+// Hand-off: the call that lets a queued request in grants it in the
+// server, in FIFO order, and tells its owner with LISTEN/NOTIFY
+// (driver.Waiter), on one connection of its own while the Store has
+// waiters; the waiter then takes the hold without a call of its own.
+// LISTEN does not work through a pooler in transaction mode (PgBouncer).
+// See docs/stores/postgres.md#hand-off-and-waking-waiters.
 //
 // [Store.InLockedTx] runs a function in a database transaction that holds a
 // lock name as a lease would, with a fencing token from the same counter,
