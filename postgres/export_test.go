@@ -29,3 +29,12 @@ func ParseURL(u *url.URL) (string, *Options, error) { return parseURL(u) }
 func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
 	return s.reclaim(ctx, every)
 }
+
+// SetVacuum sets how many queued requests a Store lets pass before it
+// looks at the holds table's dead rows, and how many make it vacuum the
+// table, until the returned function restores them.
+func SetVacuum(check, dead int64) (restore func()) {
+	oldCheck, oldDead := vacuumCheck, vacuumDead
+	vacuumCheck, vacuumDead = check, dead
+	return func() { vacuumCheck, vacuumDead = oldCheck, oldDead }
+}

@@ -37,7 +37,9 @@
 // role then needs to create tables and functions in the schema. With
 // NoCreate, run the script yourself; the store's role then needs SELECT,
 // INSERT, UPDATE and DELETE on the tables and EXECUTE on the functions.
-// Idle names' rows are reclaimed every Options.Reclaim.
+// Idle names' rows are reclaimed every Options.Reclaim. A store whose
+// role owns the holds table vacuums it when contention leaves many dead
+// queue entries there (docs/stores/postgres.md#vacuum-of-a-hot-names-queue).
 //
 // # Guarantees and limits
 //
@@ -167,6 +169,11 @@ type Store struct {
 	ctx       context.Context // ends at Close
 	stop      context.CancelFunc
 	janitor   sync.WaitGroup
+
+	// for the janitor's vacuum (janitor.go)
+	nQueued   atomic.Int64
+	vacuumDue chan struct{}
+	mayVacuum int // 0 unknown, 1 the role owns the holds table, -1 not; the janitor's
 }
 
 type queries struct {
@@ -250,10 +257,11 @@ func checkOptions(opts *Options) (Options, error) {
 
 func newStore(pool *pgxpool.Pool, o Options) *Store {
 	s := &Store{
-		pool:    pool,
-		opts:    o,
-		hub:     newHub(pool.Config().ConnConfig, o.Table),
-		initSem: make(chan struct{}, 1),
+		pool:      pool,
+		opts:      o,
+		hub:       newHub(pool.Config().ConnConfig, o.Table),
+		initSem:   make(chan struct{}, 1),
+		vacuumDue: make(chan struct{}, 1),
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s
@@ -329,14 +337,12 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
-	if s.opts.Reclaim > 0 {
-		s.mu.Lock()
-		if !s.closed.Load() {
-			s.janitor.Add(1)
-			go s.reclaimEvery(s.opts.Reclaim)
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	if !s.closed.Load() {
+		s.janitor.Add(1)
+		go s.janitorLoop()
 	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -524,6 +530,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		if req.Queue {
 			// created is the server's clock, read after sent.
 			s.hub.setMark(req, driver.ServerMark{Sent: sent, Server: created, Resolution: time.Microsecond})
+			s.queued()
 		}
 		return nil, &driver.Busy{After: time.Duration(after)}
 	case 3:

@@ -979,3 +979,48 @@ func TestHandOffWithoutAsking(t *testing.T) {
 		}
 	})
 }
+
+// TestVacuumsAfterQueuedRequests: a Store that queues requests looks at
+// the holds table's dead rows now and then, and vacuums the table once
+// they pile up, so that a contended name's dead queue entries do not
+// slow its lookups until autovacuum comes by.
+func TestVacuumsAfterQueuedRequests(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		defer postgres.SetVacuum(10, 10)()
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		n := "vacuum/" + t.Name()
+		if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		p := pool(t)
+		vacuums := func() int64 {
+			var c int64
+			err := p.QueryRow(ctx, "SELECT pg_stat_clear_snapshot() IS NULL, vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass",
+				tb+"_holds").Scan(new(bool), &c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		before := vacuums()
+		// Queue entries that leave again: dead rows. (The server's
+		// statistics count them within a second or so.)
+		for i := 0; vacuums() == before; i++ {
+			if ctx.Err() != nil {
+				t.Fatal("the holds table was not vacuumed")
+			}
+			w := fmt.Sprintf("w%d", i)
+			_, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: w, Mode: driver.Exclusive,
+				TTL: time.Minute, Queue: true, QueueTTL: time.Minute})
+			if !errors.Is(err, driver.ErrNotGranted) {
+				t.Fatalf("Acquire = %v, want ErrNotGranted", err)
+			}
+			if _, err := s.Release(ctx, []driver.Key{{Name: n, Owner: w}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
