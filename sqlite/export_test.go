@@ -58,3 +58,9 @@ func AfterEpochRaise(f func()) (restore func()) {
 	afterEpochRaise = f
 	return func() { afterEpochRaise = old }
 }
+
+// Reclaim runs s's reclaim of idle names unless one ran less than every
+// ago.
+func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
+	return s.db.reclaim(ctx, every)
+}

@@ -15,7 +15,8 @@
 //	sqlite:///abs/path/locks.db?table=my_locks&busy_timeout=30s&nocreate=1
 //
 // The query parameters set [Options]: table (Table), busy_timeout
-// (BusyTimeout, a Go duration) and nocreate (NoCreate, a boolean). Other
+// (BusyTimeout, a Go duration), nocreate (NoCreate, a boolean) and
+// reclaim (Reclaim, a Go duration). Other
 // parameters are refused, as is a host part (sqlite://locks.db): write
 // sqlite:locks.db for a relative path.
 //
@@ -24,9 +25,9 @@
 // [Open] creates the file, its directory and the table, unless
 // Options.NoCreate is set (the file and table must then exist), and
 // switches the file to WAL mode. The table, baton_locks unless
-// Options.Table says otherwise, holds one row per lock name ever used (a
-// few bytes once idle; never deleted, so that tokens keep growing) and the
-// row "", which records the current epoch:
+// Options.Table says otherwise, holds one row per lock name used (a few
+// bytes once idle, kept unless Options.Reclaim is set: see Guarantees) and
+// the row "", which records the current epoch:
 //
 //	CREATE TABLE IF NOT EXISTS baton_locks (
 //		name  TEXT NOT NULL PRIMARY KEY,
@@ -41,7 +42,10 @@
 //
 // Every call is one write transaction (BEGIN IMMEDIATE) that applies the
 // grant rules of package lockstate. Fencing tokens of a name grow for the
-// life of the file.
+// life of the file. With Options.Reclaim, the rows of idle names are
+// deleted now and then, each time in a new epoch: a name used again starts
+// in the epoch it finds in the file, above every token it had. See
+// docs/stores/sqlite.md#reclaiming-idle-names.
 //
 // Clock: on Linux, the machine's monotonic clock, which steps of the wall
 // clock do not affect. Holds recorded in an earlier boot are expired (their
@@ -118,6 +122,15 @@ type Options struct {
 	// lock while other processes hold it, besides the call's context
 	// (DefaultBusyTimeout if zero).
 	BusyTimeout time.Duration
+	// Reclaim, if above zero, is how often the rows of idle names are
+	// deleted, by whichever Store of the file finds the last reclaim that
+	// old: each reclaim starts a new epoch, so that a name used again
+	// starts above every token it had. Zero (the default) keeps every
+	// name's row. Set it only once every process that uses the file runs
+	// this version of the package or a later one: an earlier version could
+	// create a reclaimed name's row in the epoch it started in, and repeat
+	// its tokens.
+	Reclaim time.Duration
 }
 
 // ErrClosed is returned by a Store's methods after Close.
@@ -149,10 +162,13 @@ type db struct {
 
 	qGet, qNamed, qUpsert, qPrefix string
 	qGetMany, qUpsertMany          string // the same for a batch, its rows as one JSON array
+	qIdle                          string // deletes the rows of idle names
 
 	closeOnce sync.Once
 	closed    atomic.Bool
 	closeErr  error
+	stop      context.CancelFunc // ends the janitor, if any
+	janitor   sync.WaitGroup
 }
 
 // sqliteBusyTimeout is SQLite's own busy timeout, per lock attempt: short,
@@ -185,6 +201,8 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: invalid table name %q: want a letter or underscore, then up to 62 letters, digits or underscores", o.Table)
 	}
 	switch {
+	case o.Reclaim < 0:
+		return nil, fmt.Errorf("sqlite: negative Options.Reclaim %v", o.Reclaim)
 	case o.BusyTimeout < 0:
 		return nil, fmt.Errorf("sqlite: negative busy timeout %v", o.BusyTimeout)
 	case o.BusyTimeout == 0:
@@ -224,9 +242,16 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	// Rows of idle names ({"seq":N,"ticket":M}) have neither key.
 	active := `(state LIKE '%"holders":%' OR state LIKE '%"queue":%')`
 	d.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
+	d.qIdle = `DELETE FROM ` + q + ` WHERE name <> '' AND NOT ` + active
 	if err := d.setup(ctx, o.NoCreate); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if o.Reclaim > 0 {
+		jctx, stop := context.WithCancel(context.Background())
+		d.stop = stop
+		d.janitor.Add(1)
+		go d.reclaimEvery(jctx, o.Reclaim)
 	}
 	return &Store{Store: records.New(d, &records.Options{Wall: toWall, ReadFirst: true}), db: d}, nil
 }
@@ -343,12 +368,15 @@ func (d *db) setup(ctx context.Context, noCreate bool) error {
 type epochRow struct {
 	Epoch uint64 `json:"epoch"`
 	Boot  string `json:"boot"`
+	// Reclaimed is when idle names were last reclaimed, in Unix
+	// nanoseconds of the wall clock of the process that did it.
+	Reclaimed int64 `json:"reclaimed,omitempty"`
 }
 
 // startEpoch reads this boot's epoch, starting it with a flushed commit if
 // the table was last used in another boot.
 func (d *db) startEpoch(ctx context.Context) error {
-	return d.flushedEpoch(ctx, func(e *epochRow, found bool) bool {
+	return d.flushedEpoch(ctx, nil, func(e *epochRow, found bool) bool {
 		if found && e.Boot == d.boot {
 			return false
 		}
@@ -370,7 +398,7 @@ func (d *db) startEpoch(ctx context.Context) error {
 // every token handed out before even if the commits that handed them out
 // are lost.
 func (d *db) raiseEpoch(ctx context.Context, h uint64) error {
-	err := d.flushedEpoch(ctx, func(e *epochRow, found bool) bool {
+	err := d.flushedEpoch(ctx, nil, func(e *epochRow, found bool) bool {
 		if found && e.Epoch >= h {
 			return false
 		}
@@ -387,9 +415,10 @@ func (d *db) raiseEpoch(ctx context.Context, h uint64) error {
 var afterEpochRaise func()
 
 // flushedEpoch reads the epoch row, lets change decide whether to write it
-// back changed, and does so with a flushed commit; d.epoch is then the
-// row's epoch, or d.epoch if larger.
-func (d *db) flushedEpoch(ctx context.Context, change func(e *epochRow, found bool) bool) error {
+// back changed, and does so, then runs more (if not nil) in the same
+// transaction, with a flushed commit; d.epoch is then the row's epoch, or
+// d.epoch if larger.
+func (d *db) flushedEpoch(ctx context.Context, more func(*sql.Tx) error, change func(e *epochRow, found bool) bool) error {
 	conn, err := d.sql.Conn(ctx)
 	if err != nil {
 		return err
@@ -420,6 +449,11 @@ func (d *db) flushedEpoch(ctx context.Context, change func(e *epochRow, found bo
 		if _, err := tx.ExecContext(ctx, d.qUpsert, "", string(b)); err != nil {
 			return err
 		}
+		if more != nil {
+			if err := more(tx); err != nil {
+				return err
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return err
@@ -437,6 +471,10 @@ func (d *db) openErr(what string, err error) error {
 func (d *db) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
+		if d.stop != nil {
+			d.stop()
+			d.janitor.Wait()
+		}
 		d.closeErr = d.sql.Close()
 		d.sh.release()
 	})
@@ -657,13 +695,20 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		}
 		rs := make([]*record, len(names))
 		dirty := false
+		// A name without a row starts in the current epoch: the row may
+		// have been lost with the last commits of an earlier boot, or
+		// reclaimed, which another Store of the file may have done since
+		// this one last read the epoch.
+		epoch := d.epoch.Load()
+		if len(rows) < len(names) {
+			if epoch, err = d.currentEpoch(ctx, tx); err != nil {
+				return err
+			}
+		}
 		for i, n := range names {
 			if n == "" {
 				return errors.New("sqlite: empty lock name") // the epoch's row
 			}
-			// A name without a row starts in this epoch: the row may have
-			// been lost with the last commits of an earlier boot.
-			epoch := d.epoch.Load()
 			r := &record{Epoch: epoch, State: lockstate.State{Seq: epoch << 32}}
 			data, found := rows[n]
 			if found {
@@ -713,6 +758,27 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		d.sh.ring()
 	}
 	return raise, err
+}
+
+// currentEpoch reads the epoch row in tx, and raises d.epoch to it.
+func (d *db) currentEpoch(ctx context.Context, tx *sql.Tx) (uint64, error) {
+	data, found, err := get(ctx, tx, d.qGet, "")
+	if err != nil || !found {
+		return d.epoch.Load(), err
+	}
+	var e epochRow
+	if err := json.Unmarshal(data, &e); err != nil {
+		return 0, fmt.Errorf("row \"\" of table %q holds an invalid epoch: %w", d.table, err)
+	}
+	for {
+		cur := d.epoch.Load()
+		if e.Epoch <= cur {
+			return cur, nil
+		}
+		if d.epoch.CompareAndSwap(cur, e.Epoch) {
+			return e.Epoch, nil
+		}
+	}
 }
 
 // read returns the rows of names that exist, by name.
@@ -827,7 +893,7 @@ func (d *db) Scan(ctx context.Context, name, prefix string, fn func(string, *loc
 }
 
 // parseURL reads sqlite:///abs/path.db or sqlite:rel/path.db, with the
-// query parameters table, busy_timeout and nocreate.
+// query parameters table, busy_timeout, nocreate and reclaim.
 func parseURL(u *url.URL) (string, *Options, error) {
 	var path string
 	switch {
@@ -864,6 +930,12 @@ func parseURL(u *url.URL) (string, *Options, error) {
 				return "", nil, fmt.Errorf("sqlite: URL parameter busy_timeout=%q is not a duration such as 30s", v)
 			}
 			o.BusyTimeout = d
+		case "reclaim":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return "", nil, fmt.Errorf("sqlite: URL parameter reclaim=%q is not a duration such as 10m", v)
+			}
+			o.Reclaim = d
 		case "nocreate":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -871,7 +943,7 @@ func parseURL(u *url.URL) (string, *Options, error) {
 			}
 			o.NoCreate = b
 		default:
-			return "", nil, fmt.Errorf("sqlite: unknown URL parameter %q (known: table, busy_timeout, nocreate)", k)
+			return "", nil, fmt.Errorf("sqlite: unknown URL parameter %q (known: table, busy_timeout, nocreate, reclaim)", k)
 		}
 	}
 	return path, o, nil

@@ -387,8 +387,9 @@ func TestURL(t *testing.T) {
 		{url: "sqlite:locks.db", path: "locks.db"},
 		{url: "sqlite:dir/with%20space.db", path: "dir/with space.db"},
 		{url: "sqlite:///a%3Fb.db", path: "/a?b.db"},
-		{url: "sqlite:///x.db?table=t_1&busy_timeout=30s&nocreate=true", path: "/x.db",
-			o: sqlite.Options{Table: "t_1", BusyTimeout: 30 * time.Second, NoCreate: true}},
+		{url: "sqlite:///x.db?table=t_1&busy_timeout=30s&nocreate=true&reclaim=10m", path: "/x.db",
+			o: sqlite.Options{Table: "t_1", BusyTimeout: 30 * time.Second, NoCreate: true, Reclaim: 10 * time.Minute}},
+		{url: "sqlite:///x.db?reclaim=-1s", err: "reclaim"},
 		{url: "sqlite://locks.db", err: `host part "locks.db"`},
 		{url: "sqlite://", err: "no database path"},
 		{url: "sqlite:///x.db?tabel=x", err: `unknown URL parameter "tabel"`},
@@ -826,5 +827,104 @@ func TestBatchRows(t *testing.T) {
 		if g.Token <= tokens[n] {
 			t.Errorf("%q: token %d after %d", n, g.Token, tokens[n])
 		}
+	}
+}
+
+// rows counts the rows of the default table of the file at path.
+func rows(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM baton_locks`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReclaim: a reclaim deletes the rows of idle names, keeps those with
+// holders, and no token is handed out twice: a name used again, by this
+// Store or by another one of the file whose epoch dates from before the
+// reclaim (another process), starts above every token it had.
+func TestReclaim(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	a := open(t, path, nil)
+	b := open(t, path, nil) // opened before the reclaim: its epoch is the old one
+	req := func(name, owner string) *driver.Request {
+		return &driver.Request{Name: name, Owner: owner, Mode: driver.Exclusive, TTL: time.Minute}
+	}
+	var last uint64
+	for i := range 3 {
+		g, err := a.Acquire(ctx, req("idle", fmt.Sprint("o", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = g.Token
+		if _, err := a.Release(ctx, []driver.Key{{Name: "idle", Owner: fmt.Sprint("o", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := a.Acquire(ctx, req("held", "h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(t, path); n != 3 {
+		t.Fatalf("%d rows before the reclaim, want 3 (the epoch's, idle, held)", n)
+	}
+	n, err := sqlite.Reclaim(ctx, a, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("Reclaim = %d, %v; want 1 row deleted", n, err)
+	}
+	if n := rows(t, path); n != 2 {
+		t.Fatalf("%d rows after the reclaim, want 2", n)
+	}
+	if n, err := sqlite.Reclaim(ctx, a, time.Hour); err != nil || n != -1 {
+		t.Fatalf("a second Reclaim within the period = %d, %v; want -1 (not run)", n, err)
+	}
+	for _, s := range []*sqlite.Store{b, a} {
+		g, err := s.Acquire(ctx, req("idle", "again"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last {
+			t.Fatalf("token %d after the reclaim, not above the name's last %d", g.Token, last)
+		}
+		last = g.Token
+		if _, err := s.Release(ctx, []driver.Key{{Name: "idle", Owner: "again"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Renew(ctx, []driver.Hold{{Name: "held", Owner: "h", TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Acquire(ctx, req("held", "h"))
+	if err != nil || g.Token != held.Token || !g.Extended {
+		t.Fatalf("the held name after the reclaim: %+v, %v; want its hold, token %d", g, err, held.Token)
+	}
+}
+
+// TestReclaimEvery: with Options.Reclaim, a Store reclaims on its own,
+// and stops when it closes.
+func TestReclaimEvery(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	s := open(t, path, &sqlite.Options{Reclaim: 50 * time.Millisecond})
+	c := client(t, s, nil)
+	for i := range 20 {
+		l, err := c.TryLock(ctx, fmt.Sprint("n", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	for rows(t, path) > 1 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d rows left", rows(t, path))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
