@@ -308,8 +308,10 @@ BEGIN
 			   SET queued = false, token = v_token, ttl_ns = q.hold_ttl, hold_ttl = NULL, durable = NULL,
 			       created = v_now, renewed = v_now, expires = v_now + ((v_ttl + 999) / 1000) * interval '1 microsecond'
 			 WHERE e.name = p_name AND e.owner = q.owner
-			RETURNING v_line || ' ' || e.token || ' ' || (extract(epoch FROM e.created) * 1000000)::bigint
-			          || ' ' || (extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
+			-- (floor: PostgreSQL 12 and 13 extract a double, which may be a
+			-- fraction of a microsecond off; the expiry told never later.)
+			RETURNING v_line || ' ' || e.token || ' ' || floor(extract(epoch FROM e.created) * 1000000)::bigint
+			          || ' ' || floor(extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
 			INTO v_line;
 			v_granted := v_granted + 1;
 		END IF;
