@@ -68,6 +68,19 @@ func (h *hub) setMark(req *driver.Request, m driver.ServerMark) {
 	}
 }
 
+// forget drops the marks and handed holds of keys.
+func (h *hub) forget(keys []driver.Key) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.marks) == 0 && len(h.handed) == 0 {
+		return
+	}
+	for _, k := range keys {
+		delete(h.marks, k.Name+"\n"+k.Owner)
+		delete(h.handed, k.Name+"\n"+k.Owner)
+	}
+}
+
 // handedGrant returns the hold handed over to req's owner, if its mark
 // proves that baton may count it as a lease of req.TTL from now on.
 func (h *hub) handedGrant(req *driver.Request, now time.Time) *driver.Grant {

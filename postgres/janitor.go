@@ -28,10 +28,11 @@ var (
 // janitorLoop runs until the Store closes.
 func (s *Store) janitorLoop() {
 	defer s.janitor.Done()
+	var t *time.Timer
 	var reclaim <-chan time.Time // nil, never ready, when reclaim is off
-	t := time.NewTimer(driver.Jitter(max(s.opts.Reclaim, time.Second)))
-	defer t.Stop()
 	if s.opts.Reclaim > 0 {
+		t = time.NewTimer(driver.Jitter(s.opts.Reclaim))
+		defer t.Stop()
 		reclaim = t.C
 	}
 	for {
@@ -65,6 +66,9 @@ func (s *Store) queued() {
 // server's log: autovacuum is all there is), unless another session is
 // vacuuming it.
 func (s *Store) vacuum() {
+	if s.mayVacuum < 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	var dead int64

@@ -23,11 +23,11 @@ const listenerLinger = 10 * time.Second
 // lock name, then a line per owner it concerns: the owner, followed, when
 // the server handed the name over to it, by the hold's token, created and
 // expires times (µs since 1970), mode and limit, separated by spaces; the
-// name alone concerns every waiter of the name. Each name has a channel closed and
-// replaced for name-wide wake-ups, and each (name, owner) one for wake-ups
-// of that owner: a watch waits on both, and after each return takes the
-// current ones, so it never misses a wake-up that comes after its previous
-// return.
+// name alone concerns every waiter of the name. Each name has a channel
+// closed and replaced for name-wide wake-ups, and each (name, owner) one
+// for wake-ups of that owner: a watch waits on both, and after each
+// return takes the current ones, so it never misses a wake-up that comes
+// after its previous return.
 type hub struct {
 	cfg     *pgx.ConnConfig
 	channel string

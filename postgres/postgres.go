@@ -589,6 +589,9 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	if len(keys) == 0 {
 		return out, nil
 	}
+	// A hold handed over and released before its owner took it must not
+	// be taken later by a request of the same owner.
+	s.hub.forget(keys)
 	names, owners := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		names[i], owners[i] = k.Name, k.Owner

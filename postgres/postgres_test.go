@@ -1024,3 +1024,49 @@ func TestVacuumsAfterQueuedRequests(t *testing.T) {
 		}
 	})
 }
+
+// TestHandedHoldReleasedIsNotTaken: a hold the server handed over to a
+// waiter that released it before taking it (an abandoned wait) is not
+// taken later by a request of the same owner, from the notification
+// remembered, while another owner holds the name.
+func TestHandedHoldReleasedIsNotTaken(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		holder, waiter := open(t, tb), open(t, tb)
+		n := "handoff/" + t.Name()
+		req := func(owner string) *driver.Request {
+			return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second,
+				Queue: true, QueueTTL: 10 * time.Second}
+		}
+		if _, err := holder.Acquire(ctx, req("h")); err != nil {
+			t.Fatal(err)
+		}
+		w, err := waiter.Watch(ctx, req("w"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if _, err := waiter.Acquire(ctx, req("w")); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("waiter's Acquire = %v, want ErrNotGranted", err)
+		}
+		if err := w.Wait(ctx); err != nil { // the listener is up: a wake-up for all
+			t.Fatal(err)
+		}
+		if _, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Wait(ctx); err != nil { // the hand-off's notification
+			t.Fatal(err)
+		}
+		if _, err := waiter.Release(ctx, []driver.Key{{Name: n, Owner: "w"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Acquire(ctx, req("h2")); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := waiter.Acquire(ctx, req("w")); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("waiter's Acquire while h2 holds = %+v, %v; want ErrNotGranted", g, err)
+		}
+	})
+}
