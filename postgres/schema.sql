@@ -145,8 +145,6 @@ CREATE OR REPLACE FUNCTION {RAISE}(p_ttl bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM set_config('synchronous_commit', 'on', true);
-	-- (By the key: callers may run with enable_seqscan off, which makes a
-	-- scan cost enough for PostgreSQL 15 to compile the statement with JIT.)
 	UPDATE {EPOCHS} e SET max_ttl = greatest(e.max_ttl, p_ttl) WHERE e.id;
 	UPDATE {INCARNATION} i SET max_ttl = greatest(i.max_ttl, p_ttl) WHERE i.id;
 END $$;
@@ -250,8 +248,9 @@ END $$;
 -- older version of this package without a hold TTL), the owner is only
 -- woken to ask again. The payload is the name, then one line per owner:
 -- "owner token created expires mode limit" (times in microseconds since
--- 1970) for a hold handed over, the owner alone for a wake-up; the name alone wakes every
--- waiter of the name. It returns how many requests it granted.
+-- 1970) for a hold handed over, the owner alone for a wake-up; the name
+-- alone wakes every waiter of the name. It returns how many requests it
+-- granted.
 CREATE OR REPLACE FUNCTION {WAKE}(p_name text, p_promote boolean) RETURNS integer
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
