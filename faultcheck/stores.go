@@ -85,12 +85,14 @@ type Store struct {
 	TimeNS bool
 }
 
-// URLs of the stores, by the address of the server (its proxy).
+// URLs of the stores, by the address of the server (its proxy). The SQL
+// stores reclaim idle names every 2 s, so that the rows of the harness's
+// names come and go between their uses, under the faults.
 func pgURL(addr, _ string, _ time.Duration) string {
-	return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2"
+	return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2&baton_reclaim=2s"
 }
 func mysqlURL(addr, _ string, _ time.Duration) string {
-	return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s"
+	return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s&baton_reclaim=2s"
 }
 func redisURL(addr, _ string, _ time.Duration) string {
 	return "redis://" + addr + "/0?dial_timeout=2s"
@@ -119,7 +121,7 @@ var redisAOF = []string{"BATON_REDIS_ARGS=--appendonly yes --appendfsync always"
 // in the order TestShort runs them.
 var Stores = []Store{
 	{Name: "sqlite", TimeNS: true, URL: func(_, dir string, _ time.Duration) string {
-		return "sqlite://" + filepath.Join(dir, "sqlite", "faultcheck.db")
+		return "sqlite://" + filepath.Join(dir, "sqlite", "faultcheck.db") + "?reclaim=2s"
 	}},
 	{Name: "postgres15", Server: "postgres15", Port: 25432, TimeNS: true, URL: pgURL},
 	{Name: "postgres18", Server: "postgres18", Port: 25433, TimeNS: true, URL: pgURL},

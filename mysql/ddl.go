@@ -26,8 +26,8 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds                      string
-	acquire, renew, release, purge, bind string
+	counters, holds                               string
+	acquire, renew, release, purge, bind, reclaim string
 }
 
 func newObjects(table string) objects {
@@ -39,11 +39,12 @@ func newObjects(table string) objects {
 		release:  table + "_release",
 		purge:    table + "_purge",
 		bind:     table + "_bind",
+		reclaim:  table + "_reclaim",
 	}
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.renew, o.release, o.purge, o.bind}
+	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.reclaim}
 }
 
 // statements returns the DDL, one statement per element, in order.
@@ -56,6 +57,7 @@ func (o objects) statements() []string {
 		"{RELEASE}", o.release,
 		"{PURGE}", o.purge,
 		"{BIND}", o.bind,
+		"{RECLAIM}", o.reclaim,
 		"{VERSION}", schemaVersion,
 		"{US}", "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ",
 		// Lock waits end after a second (the least MySQL allows), and the
@@ -72,7 +74,7 @@ func (o objects) statements() []string {
 }
 
 // DDL returns the SQL script that creates the lock table a Store with opts
-// uses (Options.Table, DefaultTable if empty) in the current database: two tables and five
+// uses (Options.Table, DefaultTable if empty) in the current database: two tables and six
 // stored procedures. It is written for the mysql and mariadb command-line
 // clients (it uses their DELIMITER command), e.g.
 //
@@ -80,8 +82,9 @@ func (o objects) statements() []string {
 //
 // Run it yourself, as a user allowed to create tables and routines, when
 // the store's own user may not (Options.NoCreate). The store's user then
-// needs SELECT, INSERT, UPDATE and DELETE on the two tables and EXECUTE on
-// the procedures. The script drops and re-creates the procedures, so it can
+// needs SELECT, INSERT, UPDATE and DELETE on the two tables, EXECUTE on
+// the procedures and CREATE TEMPORARY TABLES on the database (for
+// reclaim's scratch tables). The script drops and re-creates the procedures, so it can
 // be run again to upgrade them; the tables are only created if missing.
 func DDL(opts *Options) (string, error) {
 	o, err := checkOptions(opts)
@@ -111,8 +114,10 @@ func DDL(opts *Options) (string, error) {
 // of a name is created on first use with INSERT … ON DUPLICATE KEY UPDATE,
 // which takes an exclusive lock even when it finds the row inserted by a
 // concurrent transaction (a plain INSERT would take a shared lock there, and
-// two such transactions would deadlock upgrading it). Counters rows are
-// never deleted: fencing tokens grow for the life of the table.
+// two such transactions would deadlock upgrading it). Reclaim deletes the
+// counters rows of idle names, and a name used again starts above the
+// floor, the largest token of every deleted row: fencing tokens grow for
+// the life of the table.
 //
 // Lock waits are bounded: each procedure sets innodb_lock_wait_timeout to
 // one second for its own statements (and puts the session's value back).

@@ -1,6 +1,10 @@
 package mysql
 
-import "net/url"
+import (
+	"context"
+	"net/url"
+	"time"
+)
 
 // Test hooks.
 
@@ -48,4 +52,10 @@ func Watches(s *Store) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.watches)
+}
+
+// Reclaim runs s's reclaim of idle names unless one ran less than every
+// ago.
+func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
+	return s.reclaim(ctx, every)
 }

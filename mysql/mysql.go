@@ -24,6 +24,7 @@
 //
 //	baton_table=NAME    Options.Table
 //	baton_nocreate=1    Options.NoCreate
+//	baton_reclaim=D     Options.Reclaim (10m; -1s: never)
 //
 // TLS is go-sql-driver's: tls=true verifies the server's certificate
 // against the system roots, tls=skip-verify encrypts without verifying,
@@ -34,16 +35,17 @@
 // # Schema
 //
 // With Options.Table T (baton_locks by default), the store uses, in the
-// connection's database, the InnoDB tables T (the counters of every lock
-// name ever used; never deleted) and T_holds (holds and queue entries),
-// and the stored procedures T_acquire, T_renew, T_release, T_purge and
-// T_bind. Names and owners are VARBINARY, compared byte for byte. [DDL]
+// connection's database, the InnoDB tables T (the counters of the lock
+// names in use; idle names' rows are reclaimed every Options.Reclaim) and
+// T_holds (holds and queue entries), and the stored procedures T_acquire,
+// T_renew, T_release, T_purge, T_bind and T_reclaim. Names and owners are VARBINARY, compared byte for byte. [DDL]
 // returns the script. Unless Options.NoCreate is set, the store runs it on
 // first use when the objects are missing or were made by another version
 // of this package: the user then needs the CREATE, DROP, CREATE ROUTINE
 // and ALTER ROUTINE privileges on the database. With NoCreate, run the
 // script yourself; the store's user then needs SELECT, INSERT, UPDATE and
-// DELETE on the tables and EXECUTE on the procedures.
+// DELETE on the tables, EXECUTE on the procedures and CREATE TEMPORARY
+// TABLES on the database (for reclaim).
 //
 // # Guarantees and limits
 //
@@ -123,7 +125,15 @@ type Options struct {
 	// NoCreate makes the store use existing objects, created beforehand
 	// with the script from DDL, instead of creating them.
 	NoCreate bool
+	// Reclaim is how often the counters rows of idle names are deleted,
+	// for all the clients of the table together: each tries about that
+	// often, and the first that finds the last reclaim that old does it
+	// (DefaultReclaim if zero; negative: never).
+	Reclaim time.Duration
 }
+
+// DefaultReclaim is used when Options.Reclaim is zero.
+const DefaultReclaim = 10 * time.Minute
 
 // ErrClosed is returned by a Store's methods after Close.
 var ErrClosed = fmt.Errorf("mysql: %w", driver.ErrClosed)
@@ -159,12 +169,13 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	janitor   sync.WaitGroup
 }
 
 type stmts struct {
 	acquire, renew, release, bind            *sql.Stmt
 	listAll, listName, listOwner, listPrefix *sql.Stmt
-	purge                                    string
+	purge, reclaim                           string
 }
 
 func (s *stmts) close() {
@@ -251,6 +262,9 @@ func checkOptions(opts *Options) (Options, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
+	if o.Reclaim == 0 {
+		o.Reclaim = DefaultReclaim
+	}
 	return o, checkTable(o.Table)
 }
 
@@ -298,8 +312,15 @@ func parseURL(u *url.URL) (string, *Options, error) {
 				return "", nil, fmt.Errorf("mysql: baton_nocreate=%q in the URL: want 1 or 0", v)
 			}
 			q.Del(k)
+		case k == "baton_reclaim":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("mysql: baton_reclaim=%q in the URL: want a duration such as 10m (negative: never)", v)
+			}
+			o.Reclaim = d
+			q.Del(k)
 		case strings.HasPrefix(k, "baton_"):
-			return "", nil, fmt.Errorf("mysql: unknown URL parameter %s (known: baton_table, baton_nocreate)", k)
+			return "", nil, fmt.Errorf("mysql: unknown URL parameter %s (known: baton_table, baton_nocreate, baton_reclaim)", k)
 		}
 	}
 	if o.Table != "" {
@@ -363,6 +384,10 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
+	if s.opts.Reclaim > 0 {
+		s.janitor.Add(1)
+		go s.reclaimEvery(s.opts.Reclaim)
+	}
 	return nil
 }
 
@@ -418,6 +443,7 @@ func (s *Store) setup(ctx context.Context) error {
 	// are exactly those in [p, p || 0xFF).
 	st.listPrefix = prep("SELECT " + cols + " FROM " + h + " WHERE name >= UNHEX(?) AND name < UNHEX(?)")
 	st.purge = "CALL " + s.obj.purge + "()"
+	st.reclaim = "CALL " + s.obj.reclaim + "(?)"
 	if err != nil {
 		st.close()
 		return fmt.Errorf("mysql: preparing statements: %w", err)
@@ -461,7 +487,7 @@ func (s *Store) current(ctx context.Context, q queryRower) (bool, error) {
 	err := q.QueryRowContext(ctx, `SELECT
 		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)),
 		(SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()
-		    AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?, ?, ?, ?, ?) AND ROUTINE_COMMENT = ?)`,
+		    AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?`+strings.Repeat(", ?", len(ps)-1)+`) AND ROUTINE_COMMENT = ?)`,
 		args...).Scan(&tables, &procs)
 	if err != nil {
 		return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
@@ -948,9 +974,11 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.cancel()
 		// Let a setup in progress finish (it then finds the store closed
-		// next time), so that its statements are closed below.
+		// next time), so that its statements are closed below, and its
+		// janitor, if it started one, is waited for.
 		s.initSem <- struct{}{}
 		defer func() { <-s.initSem }()
+		s.janitor.Wait()
 		s.mu.Lock()
 		ws := make([]*watch, 0, len(s.watches))
 		for _, w := range s.watches {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,12 +280,13 @@ func TestParseURL(t *testing.T) {
 			db       string
 			table    string
 			nocreate bool
+			reclaim  time.Duration
 			check    func(c *mysqldrv.Config) string
 		}{
 			{url: "mysql://baton:baton@127.0.0.1:3306/baton_test", user: "baton", pass: "baton", net: "tcp", addr: "127.0.0.1:3306", db: "baton_test"},
 			{url: "mariadb://app@db.example.com/app", user: "app", net: "tcp", addr: "db.example.com:3306", db: "app"},
-			{url: "mysql://u:p%40ss%2Fw%3Ard@[::1]:3307/d?baton_table=my_locks&baton_nocreate=1", user: "u", pass: "p@ss/w:rd",
-				net: "tcp", addr: "[::1]:3307", db: "d", table: "my_locks", nocreate: true},
+			{url: "mysql://u:p%40ss%2Fw%3Ard@[::1]:3307/d?baton_table=my_locks&baton_nocreate=1&baton_reclaim=1h", user: "u", pass: "p@ss/w:rd",
+				net: "tcp", addr: "[::1]:3307", db: "d", table: "my_locks", nocreate: true, reclaim: time.Hour},
 			{url: "mysql://u:p@/d?socket=/run/mysqld/mysqld.sock", user: "u", pass: "p", net: "unix", addr: "/run/mysqld/mysqld.sock", db: "d"},
 			{url: "mysql://u:p@h:1/d?tls=skip-verify&timeout=5s&readTimeout=2s&charset=utf8mb4", user: "u", pass: "p", net: "tcp", addr: "h:1", db: "d",
 				check: func(c *mysqldrv.Config) string {
@@ -307,7 +309,7 @@ func TestParseURL(t *testing.T) {
 			if c.User != tc.user || c.Passwd != tc.pass || c.Net != tc.net || c.Addr != tc.addr || c.DBName != tc.db {
 				t.Errorf("ParseURL(%q) = %q: user %q pass %q net %q addr %q db %q", tc.url, dsn, c.User, c.Passwd, c.Net, c.Addr, c.DBName)
 			}
-			if opts.Table != tc.table || opts.NoCreate != tc.nocreate {
+			if opts.Table != tc.table || opts.NoCreate != tc.nocreate || opts.Reclaim != tc.reclaim {
 				t.Errorf("ParseURL(%q): options %+v", tc.url, opts)
 			}
 			if tc.check != nil {
@@ -322,6 +324,7 @@ func TestParseURL(t *testing.T) {
 			"mysql://u@h/a/b",
 			"mysql:///db",
 			"mysql://u@h/db?baton_nocreate=maybe",
+			"mysql://u@h/db?baton_reclaim=often",
 			"mysql://u@h/db?socket=/x.sock",
 			"postgres://u@h/db",
 		} {
@@ -789,5 +792,169 @@ func TestInTx(t *testing.T) {
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, freshTable(t)) }})
+	})
+}
+
+// TestReclaim: a reclaim deletes the counters rows of idle names and
+// keeps those of names with holds or queue entries, and no token is
+// handed out twice: a name used again starts above every token it had.
+func TestReclaim(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		req := func(name, owner string, queue bool) *driver.Request {
+			return &driver.Request{Name: name, Owner: owner, Mode: driver.Exclusive, TTL: time.Minute,
+				Queue: queue, QueueTTL: time.Minute}
+		}
+		var last uint64
+		for i := range 3 {
+			o := fmt.Sprint("o", i)
+			g, err := s.Acquire(ctx, req("idle", o, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = g.Token
+			if _, err := s.Release(ctx, []driver.Key{{Name: "idle", Owner: o}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held, err := s.Acquire(ctx, req("held", "h", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, req("held", "w", true)); !errors.Is(err, driver.ErrNotGranted) {
+			t.Fatalf("queued Acquire = %v, want ErrNotGranted", err)
+		}
+		rows := func() []string {
+			rs, err := rawDB(t).QueryContext(ctx, "SELECT name FROM "+tb+" ORDER BY name")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rs.Close()
+			var names []string
+			for rs.Next() {
+				var n string
+				if err := rs.Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, n)
+			}
+			return names
+		}
+		if got := rows(); !slices.Equal(got, []string{"held", "idle"}) {
+			t.Fatalf("rows before the reclaim %q", got)
+		}
+		n, err := mysql.Reclaim(ctx, s, time.Hour)
+		if err != nil || n != 1 {
+			t.Fatalf("Reclaim = %d, %v; want 1 row deleted", n, err)
+		}
+		if got := rows(); !slices.Equal(got, []string{"", "held"}) {
+			t.Fatalf("rows after the reclaim %q, want the floor's and held's", got)
+		}
+		if n, err := mysql.Reclaim(ctx, s, time.Hour); err != nil || n != -1 {
+			t.Fatalf("a second Reclaim within the period = %d, %v; want -1 (not run)", n, err)
+		}
+		g, err := s.Acquire(ctx, req("idle", "again", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last {
+			t.Fatalf("token %d after the reclaim, not above the name's last %d", g.Token, last)
+		}
+		if _, err := s.Release(ctx, []driver.Key{{Name: "held", Owner: "h"}}); err != nil {
+			t.Fatal(err)
+		}
+		g, err = s.Acquire(ctx, req("held", "w", true))
+		if err != nil || g.Token <= held.Token {
+			t.Fatalf("the queued request after the holder left: %+v, %v; want a token above %d", g, err, held.Token)
+		}
+	})
+}
+
+// TestReclaimUnderLoad: reclaims that run while clients take and release
+// names never let a name's token go back, whichever of them deletes or
+// re-creates the name's row first.
+func TestReclaimUnderLoad(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		stop := time.Now().Add(2 * time.Second)
+		var wg sync.WaitGroup
+		var reclaimed atomic.Int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				n, err := mysql.Reclaim(ctx, s, 0)
+				if err != nil {
+					t.Errorf("Reclaim: %v", err)
+					return
+				}
+				reclaimed.Add(max(n, 0))
+			}
+		}()
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				last := map[string]uint64{}
+				for i := 0; time.Now().Before(stop); i++ {
+					name := fmt.Sprint("load/", i%5)
+					owner := fmt.Sprint("w", w, "-", i)
+					g, err := s.Acquire(ctx, &driver.Request{Name: name, Owner: owner, Mode: driver.Exclusive, TTL: time.Minute})
+					if errors.Is(err, driver.ErrNotGranted) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					if g.Token <= last[name] {
+						t.Errorf("%s: token %d after %d", name, g.Token, last[name])
+					}
+					last[name] = g.Token
+					if _, err := s.Release(ctx, []driver.Key{{Name: name, Owner: owner}}); err != nil {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if reclaimed.Load() == 0 {
+			t.Errorf("no row was reclaimed")
+		}
+		t.Logf("%d rows reclaimed", reclaimed.Load())
+	})
+}
+
+// TestReclaimDuringInLockedTx: a reclaim while a transaction of
+// InLockedTx holds a name's row neither fails nor deletes that row (the
+// transaction's deletion of the name's hold is not committed yet, so the
+// name is not idle to the reclaim).
+func TestReclaimDuringInLockedTx(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		err := s.InLockedTx(ctx, "intx", func(ctx context.Context, tx *sql.Tx, token uint64) error {
+			n, err := mysql.Reclaim(ctx, s, 0)
+			if err != nil {
+				return fmt.Errorf("Reclaim during the transaction: %w", err)
+			}
+			if n != 0 {
+				t.Errorf("Reclaim deleted %d rows, want 0", n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := rawDB(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+" WHERE name = 'intx'").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("the transaction's row: %d, %v; want it kept", n, err)
+		}
 	})
 }

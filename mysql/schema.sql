@@ -69,7 +69,12 @@ proc: BEGIN
 		-- COMMITTED, FOR UPDATE on a missing row locks nothing.)
 		SELECT seq, ticket INTO v_seq, v_tick FROM {COUNTERS} WHERE name = p_name FOR UPDATE;
 		IF v_seq IS NULL THEN
-			INSERT INTO {COUNTERS} (name) VALUES (p_name) ON DUPLICATE KEY UPDATE seq = seq;
+			-- A new name, or one whose row reclaim deleted: its tokens
+			-- start above the floor, the largest token of every name whose
+			-- row was deleted. (Read after the name's row was found
+			-- missing, so after any reclaim that deleted it committed.)
+			SELECT seq INTO v_seq FROM {COUNTERS} WHERE name = '';
+			INSERT INTO {COUNTERS} (name, seq) VALUES (p_name, COALESCE(v_seq, 0)) ON DUPLICATE KEY UPDATE seq = seq;
 			SELECT seq, ticket INTO v_seq, v_tick FROM {COUNTERS} WHERE name = p_name;
 		END IF;
 	END lock_name;
@@ -450,4 +455,72 @@ BEGIN
 	 WHERE name = p_name AND owner = p_owner AND queued = 0 AND token = p_token
 	   AND expires > UTC_TIMESTAMP(6);
 	SELECT ROW_COUNT();
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {RECLAIM}
+-- ;;
+CREATE PROCEDURE {RECLAIM}(IN p_every BIGINT)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- reclaim, unless a reclaim ran in the last p_every microseconds, deletes
+-- the counters rows of the names that have neither holds nor queue
+-- entries, and raises the floor (the row named '', which no lock name is)
+-- to their largest token, so that a name used again starts above every
+-- token it had (see acquire). The floor row's ticket is when the last
+-- reclaim ran, in microseconds of the server's clock. It returns how many
+-- rows went, or -1 if it did not run.
+proc: BEGIN
+	DECLARE v_now, v_last, v_n BIGINT DEFAULT 0;
+	DECLARE v_max BIGINT UNSIGNED DEFAULT 0;
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		RESIGNAL;
+	END;
+
+	{LOCKWAIT}
+	-- (Created outside the transaction: servers that enforce GTID
+	-- consistency refuse it inside one.)
+	DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone;
+	CREATE TEMPORARY TABLE {RECLAIM}_idle (
+		name   VARBINARY(255) NOT NULL PRIMARY KEY,
+		seq    BIGINT UNSIGNED NOT NULL,
+		ticket BIGINT UNSIGNED NOT NULL
+	);
+	CREATE TEMPORARY TABLE {RECLAIM}_gone LIKE {RECLAIM}_idle;
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	INSERT INTO {COUNTERS} (name) VALUES ('') ON DUPLICATE KEY UPDATE seq = seq;
+	SELECT ticket INTO v_last FROM {COUNTERS} WHERE name = '' FOR UPDATE;
+	SET v_now = {US}UTC_TIMESTAMP(6));
+	IF v_last > v_now - p_every AND v_last <= v_now THEN
+		ROLLBACK;
+		DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone;
+		SET SESSION innodb_lock_wait_timeout = v_lwt;
+		SELECT -1;
+		LEAVE proc;
+	END IF;
+	-- The idle names, read together with their holds.
+	INSERT INTO {RECLAIM}_idle (name, seq, ticket)
+	SELECT c.name, c.seq, c.ticket FROM {COUNTERS} c
+	 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
+	-- Their rows, locked, if their counters are unchanged since: every hold
+	-- or queue entry comes with a new token or ticket, so such a name
+	-- gained none. A row another transaction has locked (a call deciding
+	-- about the name, a transaction of InLockedTx) is skipped, not waited
+	-- for.
+	INSERT INTO {RECLAIM}_gone (name, seq, ticket)
+	SELECT c.name, c.seq, c.ticket FROM {COUNTERS} c
+	  JOIN {RECLAIM}_idle i ON i.name = c.name AND i.seq = c.seq AND i.ticket = c.ticket
+	   FOR UPDATE SKIP LOCKED;
+	DELETE c FROM {COUNTERS} c JOIN {RECLAIM}_gone g ON g.name = c.name;
+	SET v_n = ROW_COUNT();
+	SELECT COALESCE(MAX(seq), 0) INTO v_max FROM {RECLAIM}_gone;
+	UPDATE {COUNTERS} SET seq = GREATEST(seq, v_max), ticket = v_now WHERE name = '';
+	COMMIT;
+	DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	SELECT v_n;
 END
