@@ -200,6 +200,8 @@ func (r *runner) restart(ctx context.Context, crash bool) {
 	if crash {
 		kind, how = FaultCrash, "crashed and started again"
 	}
+	r.serverMu.Lock()
+	defer r.serverMu.Unlock()
 	r.count(kind)
 	from := Mono()
 	var err error

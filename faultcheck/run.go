@@ -79,6 +79,9 @@ type runner struct {
 	wg     sync.WaitGroup
 
 	rngMu sync.Mutex // fault goroutines draw from rng too
+	// serverMu makes a restart and a crash of the server take turns: two
+	// of scripts/servers' stops and starts at once fight over the server.
+	serverMu sync.Mutex
 
 	mu     sync.Mutex
 	faults map[string]int
