@@ -12,18 +12,10 @@ import (
 // last reclaim a period old does the work.
 func (s *Store) reclaimEvery(period time.Duration) {
 	defer s.janitor.Done()
-	t := time.NewTimer(driver.Jitter(period))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
+	for driver.Sleep(s.ctx, driver.Jitter(period)) == nil {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		_, _ = s.reclaim(ctx, period)
 		cancel()
-		t.Reset(driver.Jitter(period))
 	}
 }
 

@@ -13,16 +13,8 @@ import (
 // a period old does the work.
 func (d *db) reclaimEvery(ctx context.Context, period time.Duration) {
 	defer d.janitor.Done()
-	t := time.NewTimer(driver.Jitter(period))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for driver.Sleep(ctx, driver.Jitter(period)) == nil {
 		_, _ = d.reclaim(ctx, period)
-		t.Reset(driver.Jitter(period))
 	}
 }
 
