@@ -101,6 +101,11 @@ type LockOptions struct {
 	// its session: Lock refuses it there with errors.ErrUnsupported.
 	// Zero: Options.LockDelay.
 	LockDelay time.Duration
+	// Revocable makes Do follow asks to release the lock (Client.Ask,
+	// Lease.Asked): an ask cancels fn's context with an *AskedError as its
+	// cause (errors.Is(cause, ErrAsked)). Do starts watching for asks
+	// MaxPoll after the grant, so a shorter fn costs no store call more.
+	Revocable bool
 }
 
 // EventKind says what happened to a lease.
@@ -114,6 +119,10 @@ const (
 	EventLost        EventKind = "lost"
 	EventExpired     EventKind = "expired"
 	EventReleased    EventKind = "released"
+	// EventAsked: another client asked the holder to release the lock
+	// (Client.Ask); Err is the *AskedError. Reported only for leases that
+	// follow asks (Lease.Asked).
+	EventAsked EventKind = "asked"
 )
 
 // Event reports a change to a lease, or a request that waits.
@@ -241,9 +250,16 @@ func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ct
 	token = l.Token()
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	if o != nil && o.Revocable {
+		stopAsks := l.cancelOnAsk(fctx, cancel, c.opts.MaxPoll)
+		defer stopAsks()
+	}
 	ferr := fn(fctx, l)
 	stop()
 	cancel(nil)
+	if asked := l.AskCause(); asked != nil && ferr != nil && !errors.Is(ferr, ErrAsked) {
+		ferr = errors.Join(ferr, asked)
+	}
 	lost := l.Err()
 	rctx, rcancel := c.withTimeout(context.WithoutCancel(ctx), c.opTimeout()+l.minLeft(c.clock.Now()))
 	defer rcancel()
@@ -485,13 +501,19 @@ func (c *Client) Status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 			return nil, err
 		}
 	}
+	return c.status(ctx, f)
+}
+
+// status is Status of a filter already checked. Asks (see askName) are
+// listed only when f names one.
+func (c *Client) status(ctx context.Context, f *Filter) ([]LockInfo, error) {
 	hs, err := c.store.List(ctx, f.driver())
 	if err != nil {
 		return nil, storeErr("status", f.Prefix+f.Name, err)
 	}
 	out := make([]LockInfo, 0, len(hs))
 	for _, h := range hs {
-		if i := infoOf(h); match(f, &i) {
+		if i := infoOf(h); match(f, &i) && (f.Name != "" || !isAskName(i.Name)) {
 			out = append(out, i)
 		}
 	}
@@ -543,7 +565,7 @@ func (c *Client) Purge(ctx context.Context) ([]LockInfo, error) {
 	if err != nil {
 		return nil, storeErr("purge", "", err)
 	}
-	out := infosOf(hs)
+	out := slices.DeleteFunc(infosOf(hs), func(h LockInfo) bool { return isAskName(h.Name) })
 	sortInfos(out)
 	return out, nil
 }

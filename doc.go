@@ -52,6 +52,14 @@
 // every grant and release (driver.HolderWatcher), polled elsewhere, and
 // read again when the earliest hold's TTL runs out.
 //
+// Client.Ask asks the holders of a name to let it go, with a reason:
+// leases that follow asks (Lease.Asked; Do with LockOptions.Revocable;
+// Election.Run, whose Election.HandOver names the next leader) are told
+// and decide; nothing is forced. An ask is a short shared hold on a
+// companion name no user can take, naming the largest token it concerns,
+// which the holder follows with WatchHolders: it works on every store, and
+// costs nothing to holders that do not follow asks.
+//
 // # Design
 //
 // The portable type is Client; stores implement the small interface in

@@ -1,11 +1,14 @@
 package baton
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/baton-go/baton/driver"
 )
 
 // Election is a leader election on one lock name: the leader is the holder
@@ -59,23 +62,133 @@ func (e *Election) lockOptions(value string) *LockOptions {
 	return &o
 }
 
+// Owner is this candidate's owner id (ElectionOptions.Owner, or the one
+// made for it): the id HandOver names.
+func (e *Election) Owner() string { return e.owner }
+
 // Campaign waits until this candidate leads, or ctx ends. It returns the
-// leadership lease; its Done fires when leadership may be lost.
+// leadership lease; its Done fires when leadership may be lost. While a
+// hand-over to another candidate stands (HandOver), a candidate that wins
+// gives the lock up at once and campaigns again once the other leads or
+// the hand-over ends.
 func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
 	if l, ok := e.leading(); ok {
 		return l, nil
 	}
-	e.mu.Lock()
-	value := e.value
-	e.mu.Unlock()
-	l, err := e.c.Lock(ctx, e.name, e.lockOptions(value))
-	if err != nil {
-		return nil, err
+	for {
+		e.mu.Lock()
+		value := e.value
+		e.mu.Unlock()
+		l, err := e.c.Lock(ctx, e.name, e.lockOptions(value))
+		if err != nil {
+			return nil, err
+		}
+		other, err := e.handOver(ctx, l)
+		if err != nil || other == "" {
+			// (A failed read of the hand-overs is none: the hand-over is
+			// the leader's courtesy, the election does not depend on it.)
+			e.mu.Lock()
+			e.lease = l
+			e.mu.Unlock()
+			return l, nil
+		}
+		_ = l.Release(ctx)
+		if err := e.waitHandOver(ctx); err != nil {
+			return nil, err
+		}
 	}
-	e.mu.Lock()
-	e.lease = l
-	e.mu.Unlock()
-	return l, nil
+}
+
+// HandOver asks the leader to hand leadership to the candidate whose owner
+// id is to (ElectionOptions.Owner), as client-go's coordinated election
+// does: the leader's Run cancels its function and resigns (a leader that
+// does not follow asks is not told), other candidates that win meanwhile
+// give the lock up at once, and to leads next if it campaigns before the
+// hand-over ends (o.TTL, the client's TTL if zero; o.Prefer is set to to).
+// Until then nobody leads: keep o.TTL short. It returns ErrNoLeader if
+// nobody leads.
+func (e *Election) HandOver(ctx context.Context, to string, o *AskOptions) error {
+	var ao AskOptions
+	if o != nil {
+		ao = *o
+	}
+	if to == "" {
+		return invalid("hand-over to an empty candidate")
+	}
+	ao.Prefer = to
+	n, err := e.c.Ask(ctx, e.name, &ao)
+	if err == nil && n == 0 {
+		err = ErrNoLeader
+	}
+	return err
+}
+
+// handOver returns the candidate that a standing hand-over prefers to this
+// one, now that it won the lock with lease l; empty if none. When l's
+// candidate is the one preferred, it marks the hand-overs to it done, so
+// that other candidates stop giving the lock up.
+func (e *Election) handOver(ctx context.Context, l *Lease) (string, error) {
+	asks, err := e.c.status(ctx, &Filter{Name: askName(e.name)})
+	if err != nil {
+		return "", err
+	}
+	pending, mine := pendingHandOvers(asks, e.owner)
+	for _, h := range mine {
+		// The mark is an ask of its own, naming the hand-over it ends, for
+		// as long as the hand-over stands.
+		req := &driver.Request{
+			Name: askName(e.name), Owner: NewOwner(), Mode: driver.Shared, TTL: max(h.Left, MinTTL), Host: e.c.opts.Host,
+			Meta: map[string]string{askDone: h.Owner},
+		}
+		sent := e.c.clock.Now()
+		if g, err := e.c.store.Acquire(ctx, req); err == nil {
+			e.c.newLease(req, g, sent, false, 0)
+		}
+	}
+	for _, h := range pending {
+		if h.Meta[askPrefer] != e.owner {
+			return h.Meta[askPrefer], nil
+		}
+	}
+	return "", nil
+}
+
+// pendingHandOvers returns the live hand-overs (asks with a preferred
+// candidate) that no mark ends, and of them those that prefer owner.
+func pendingHandOvers(asks []LockInfo, owner string) (pending, mine []LockInfo) {
+	done := map[string]bool{}
+	for _, h := range asks {
+		if d := h.Meta[askDone]; d != "" && !expired(&h) {
+			done[d] = true
+		}
+	}
+	for _, h := range asks {
+		if h.Meta[askPrefer] == "" || done[h.Owner] || expired(&h) || h.Queued {
+			continue
+		}
+		pending = append(pending, h)
+		if h.Meta[askPrefer] == owner {
+			mine = append(mine, h)
+		}
+	}
+	return pending, mine
+}
+
+// waitHandOver waits until no hand-over to another candidate stands.
+func (e *Election) waitHandOver(ctx context.Context) error {
+	for {
+		if !e.c.sleep(ctx, e.c.opts.MaxPoll) {
+			return cmp.Or(context.Cause(ctx), ErrClosed)
+		}
+		asks, err := e.c.status(ctx, &Filter{Name: askName(e.name)})
+		if err != nil {
+			continue
+		}
+		pending, mine := pendingHandOvers(asks, e.owner)
+		if len(pending) == len(mine) {
+			return nil
+		}
+	}
 }
 
 // Proclaim changes the leader's value without a new election; the token
@@ -208,8 +321,10 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, l *Leas
 		}
 		fctx, cancel := context.WithCancelCause(ctx)
 		stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+		stopAsks := l.cancelOnAsk(fctx, cancel, 0)
 		ferr := fn(fctx, l)
 		stop()
+		stopAsks()
 		cancel(nil)
 		lost := l.Err()
 		rctx, rcancel := e.c.withTimeout(context.WithoutCancel(ctx), e.c.opTimeout())
@@ -220,6 +335,8 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, l *Leas
 			return nil
 		case lost != nil && !errors.Is(lost, ErrReleased):
 			continue // leadership lost: campaign again
+		case l.AskCause() != nil && (ferr == nil || errors.Is(ferr, ErrAsked) || errors.Is(ferr, context.Canceled)):
+			continue // asked to step down: remain a candidate
 		}
 		return ferr
 	}

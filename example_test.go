@@ -2,6 +2,7 @@ package baton_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -255,4 +256,30 @@ func ExampleElection() {
 	// Output:
 	// the leader announces db-2:5432
 	// no leader after Resign
+}
+
+// Ask asks the holder to let go; a holder that follows asks (here a Do with
+// Revocable) sees its function's context end, with the ask as the cause.
+func ExampleClient_Ask() {
+	ctx := context.Background()
+	client, _ := baton.Open(ctx, "mem://", nil)
+	defer client.Close()
+
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- client.Do(ctx, "reindex", &baton.LockOptions{Revocable: true}, func(ctx context.Context, l *baton.Lease) error {
+			close(started)
+			<-ctx.Done() // a long job that stops when asked (or when the lease may be lost)
+			return context.Cause(ctx)
+		})
+	}()
+	<-started
+	n, _ := client.Ask(ctx, "reindex", &baton.AskOptions{Reason: "deploy at 10:00"})
+	fmt.Println("asked", n, "holder")
+	err := <-done
+	fmt.Println(errors.Is(err, baton.ErrAsked), err)
+	// Output:
+	// asked 1 holder
+	// true baton: asked to release lock "reindex": deploy at 10:00
 }

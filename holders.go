@@ -23,6 +23,12 @@ func (c *Client) WatchHolders(ctx context.Context, name string, poll time.Durati
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
+	return c.watchHolders(ctx, name, poll)
+}
+
+// watchHolders is WatchHolders of a name already checked (or a companion
+// name, see askName).
+func (c *Client) watchHolders(ctx context.Context, name string, poll time.Duration) (<-chan []LockInfo, error) {
 	if poll <= 0 {
 		poll = c.opts.MaxPoll
 	}
@@ -60,7 +66,7 @@ func (c *Client) WatchHolders(ctx context.Context, name string, poll time.Durati
 		var last []LockInfo
 		first := true
 		for {
-			hs, err := c.Status(ctx, &Filter{Name: name})
+			hs, err := c.status(ctx, &Filter{Name: name})
 			next := poll // when to read again, unless woken
 			if err != nil {
 				if ctx.Err() != nil {

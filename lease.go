@@ -37,6 +37,8 @@ type Lease struct {
 	timer    clockTimer
 	err      error
 
+	asks asks // following asks to let go (Asked)
+
 	// keepalive's, guarded by c.mu
 	slot    *slot // where the lease waits for its renewal; nil: not queued
 	slotIdx int   // its index in slot.leases

@@ -66,6 +66,9 @@ func (c *Client) call(ctx context.Context, call, name string) func(error) {
 // maintainer should know of (keepalive logs its failed renewals itself, once
 // per call rather than per lease).
 func (c *Client) emit(e Event) {
+	if isAskName(e.Name) {
+		return // an ask's own hold (see Client.Ask) is no lease of the user's
+	}
 	switch e.Kind {
 	case EventLost:
 		c.log.Error("baton: lease lost", "lock", e.Name, "token", e.Token, "err", e.Err, "held", e.Held)
@@ -77,6 +80,9 @@ func (c *Client) emit(e Event) {
 
 // report reports e to Options.OnEvent and the Observer, without logging.
 func (c *Client) report(e Event) {
+	if isAskName(e.Name) {
+		return
+	}
 	if c.opts.Observer != nil {
 		c.opts.Observer.Event(e)
 	}

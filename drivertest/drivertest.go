@@ -99,6 +99,8 @@ func Run(t *testing.T, cfg Config) {
 		{"Purge", s.purge},
 		{"Do", s.do},
 		{"Election", s.election},
+		{"Ask", s.ask},
+		{"ElectionHandOver", s.handOver},
 		{"ContentionExclusive", s.contentionExclusive},
 		{"ContentionMixed", s.contentionMixed},
 		{"ContentionWithLostHolders", s.contentionLost},
@@ -1445,6 +1447,16 @@ func (s *suite) noLeak(t *testing.T) {
 		octx, ocancel := context.WithCancel(ctx)
 		<-e.Observe(octx, time.Millisecond)
 		ocancel()
+		// A lease that follows asks and is asked, another that follows
+		// them and is released, and an ask left standing.
+		r.l.Asked()
+		if _, err := a.Ask(ctx, n, nil); err != nil {
+			t.Fatal(err)
+		}
+		<-r.l.Asked()
+		la := mustTry(t, ctx, a, name(t, "a"), nil)
+		la.Asked()
+		release(t, ctx, la)
 		// Leave r.l and the election held: Close must release them.
 		if err := a.Close(); err != nil {
 			t.Errorf("Close: %v", err)

@@ -97,6 +97,12 @@ func TestBadInput(t *testing.T) {
 		{[]string{"release", "x"}, exitUsage, true},
 		{[]string{"release", "--owner", "o"}, exitUsage, true},
 		{[]string{"release", "x", "--owner", "o"}, exitError, false}, // held nothing
+		{[]string{"release", "x", "--ask", "--owner", "o"}, exitUsage, true},
+		{[]string{"release", "x", "--reason", "r", "--owner", "o"}, exitUsage, true},
+		{[]string{"release", "--ask"}, exitUsage, true},
+		{[]string{"release", "x", "--ask", "--wait", "0"}, exitUsage, true},
+		{[]string{"release", "x", "--ask", "--reason", strings.Repeat("r", 2000)}, exitUsage, false},
+		{cmdline([]string{"run", "x", "--on-ask", "BOGUS"}, ok...), exitUsage, true},
 		{[]string{"purge", "extra"}, exitUsage, true},
 		{[]string{"bogus"}, exitUsage, true},
 		{[]string{"help", "bogus"}, exitUsage, true},

@@ -107,6 +107,11 @@ Flags:
                  the same owner share one hold: do not start them at once.
   --grace D      time between SIGTERM and SIGKILL when the command must stop
                  (default 10s)
+  --on-ask SIG   when someone asks for the lock ('baton release NAME --ask'),
+                 send the command SIG: TERM (the default), INT, QUIT or KILL
+                 stop it (SIGKILL after --grace), HUP, USR1 or USR2 only
+                 tell it; none ignores asks. The lock is released when the
+                 command exits, as always
   -v, --verbose  say what baton waits for (who holds the lock, since when,
                  its token and time left, again when that changes) and
                  what happens to the lease; pass on the store driver's log
@@ -193,21 +198,35 @@ Examples:
 const releaseHelp = releaseHelpBody + storeHelp
 
 const releaseHelpBody = `Usage: baton release NAME --owner ID [flags]
+       baton release NAME --ask [--reason TEXT] [--wait D] [flags]
 
-Release the hold of lock NAME by owner ID (see 'baton status'), for a lock
-whose holder is stuck. The holder is not told: it finds out at its next
-renewal (within a third of its TTL) and may act as the holder until then;
-a baton run holder then stops its command and exits with code 4.
-Exits 0 if the hold was released, 1 if that owner held nothing.
+With --owner, release the hold of lock NAME by owner ID (see 'baton
+status'), for a lock whose holder is stuck. The holder is not told: it
+finds out at its next renewal (within a third of its TTL) and may act as
+the holder until then; a baton run holder then stops its command and
+exits with code 4. Exits 0 if the hold was released, 1 if that owner held
+nothing.
+
+With --ask, ask NAME's holders to release it, and wait until they did.
+Nothing is forced: holders that follow asks are told at once (within the
+store's poll interval where the store cannot notify): a 'baton run'
+holder signals its command (--on-ask), a Go holder sees Lease.Asked. A
+holder that does not follow asks keeps the lock. Exits 0 once the holders
+asked have let go (or if nobody held NAME), 1 if one still holds it after
+--wait. The ask stands until then.
 
 Flags:
-  --owner ID     the owner whose hold to release (required)
-  --timeout D    give up after D (default 10s)
+  --owner ID     the owner whose hold to release
+  --ask          ask the holders instead
+  --reason TEXT  with --ask: the reason the holders are told
+  --wait D       with --ask: how long to wait for them (default 1m)
+  --timeout D    give up connecting after D (default 10s)
   --store URL    the store (see below)
 
-Example:
+Examples:
   baton status nightly
   baton release nightly --owner 5TQ3PKQO3BIGQ6ZXJCZXKW6XJA
+  baton release nightly --ask --reason "deploy at 10:00"
 
 `
 

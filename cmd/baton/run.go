@@ -40,6 +40,7 @@ type runFlags struct {
 	timeout   time.Duration
 	owner     string
 	grace     time.Duration
+	onAsk     string // the signal an ask to release is forwarded as ("none": ignored)
 	store     string
 	// conflictCode is the exit code when the lock is not acquired
 	// (flock's -E).
@@ -58,6 +59,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	durationVar(fs, &f.timeout, "timeout", 0, "longest wait for the lock (0: forever)")
 	fs.StringVar(&f.owner, "owner", "", "owner id")
 	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL")
+	fs.StringVar(&f.onAsk, "on-ask", "TERM", "signal sent to the command when someone asks for the lock (baton release --ask), or none")
 	fs.IntVar(&f.conflictCode, "conflict-exit-code", exitNotAcquired, "exit code when the lock is not acquired")
 	fs.IntVar(&f.conflictCode, "E", exitNotAcquired, "short for --conflict-exit-code")
 	fs.BoolVar(&f.verbose, "verbose", false, "say what baton waits for, and what happens to the lease")
@@ -109,6 +111,9 @@ func cmdRun(args []string) int {
 		return usageErr("run", "--lock-delay must not be negative (got %v)", f.lockDelay)
 	case set["owner"] && f.owner == "":
 		return usageErr("run", "--owner is empty")
+	}
+	if _, ok := askSignal(f.onAsk); !ok {
+		return usageErr("run", "--on-ask %q is not a signal baton forwards (%s, or none)", f.onAsk, strings.Join(askSignalNames(), ", "))
 	}
 	f.name, f.argv = pos[0], rest
 	verbose = f.verbose
@@ -306,7 +311,12 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 		leaseDone = lease.Done()
 		killTimer <-chan time.Time
 		signals   int
+		asked     <-chan struct{}
 	)
+	askSig, _ := askSignal(f.onAsk)
+	if askSig != nil {
+		asked = lease.Asked()
+	}
 	stopping := func() {
 		if killTimer == nil {
 			killTimer = time.After(f.grace)
@@ -325,6 +335,20 @@ func supervise(f *runFlags, lease *baton.Lease, raw string, sigs <-chan os.Signa
 			fmt.Fprintf(stderr, "baton: lost the lease on lock %q (not renewed in time, or released by someone else); stopping the command (SIGTERM, SIGKILL after %v)\n", f.name, f.grace)
 			c.signal(syscall.SIGTERM)
 			stopping()
+		case <-asked:
+			asked = nil
+			why := ""
+			var ae *baton.AskedError
+			if errors.As(lease.AskCause(), &ae) && ae.Reason != "" {
+				why = " (" + ae.Reason + ")"
+			}
+			if stopsCommand(askSig) {
+				fmt.Fprintf(stderr, "baton: asked to release lock %q%s; stopping the command (SIG%s, SIGKILL after %v)\n", f.name, why, sigName(f.onAsk), f.grace)
+				stopping()
+			} else {
+				fmt.Fprintf(stderr, "baton: asked to release lock %q%s; sending SIG%s to the command\n", f.name, why, sigName(f.onAsk))
+			}
+			c.signal(askSig)
 		case s := <-sigs:
 			signals++
 			// A terminal's ^C or ^\ reaches the whole foreground process

@@ -210,23 +210,35 @@ func fmtDuration(d time.Duration) string {
 func cmdRelease(args []string) int {
 	fs := newFlagSet("release")
 	owner := fs.String("owner", "", "owner id")
+	ask := fs.Bool("ask", false, "ask the holders to release the lock instead")
+	reason := fs.String("reason", "", "with --ask: the reason the holders are told")
 	store := fs.String("store", "", "store URL")
-	var timeout time.Duration
+	var timeout, wait time.Duration
 	durationVar(fs, &timeout, "timeout", connectTimeout, "give up after this long")
+	durationVar(fs, &wait, "wait", time.Minute, "with --ask: how long to wait for the holders to let go")
 	pos, rest, _, code, done := parseOrHelp("release", fs, args)
 	if done {
 		return code
 	}
 	pos = append(pos, rest...)
+	set := flagsSet(fs)
 	switch {
+	case len(pos) == 0 && *ask:
+		return usageErr("release", "missing lock NAME: baton release NAME --ask")
 	case len(pos) == 0:
 		return usageErr("release", "missing lock NAME: baton release NAME --owner ID")
 	case len(pos) > 1:
 		return usageErr("release", "unexpected argument %q (release takes one NAME)", pos[1])
 	case pos[0] == "":
 		return usageErr("release", "the lock NAME is empty")
-	case *owner == "":
-		return usageErr("release", "missing --owner ID (see the OWNER column of baton status)")
+	case *ask && *owner != "":
+		return usageErr("release", "--ask asks every holder: it takes no --owner")
+	case !*ask && (set["reason"] || set["wait"]):
+		return usageErr("release", "--reason and --wait go with --ask")
+	case !*ask && *owner == "":
+		return usageErr("release", "missing --owner ID (see the OWNER column of baton status), or --ask to ask the holders")
+	case *ask && wait < baton.MinTTL:
+		return usageErr("release", "--wait must be at least %v (got %v)", baton.MinTTL, wait)
 	}
 	name := pos[0]
 	if timeout <= 0 {
@@ -239,6 +251,9 @@ func cmdRelease(args []string) int {
 		return code
 	}
 	defer client.Close()
+	if *ask {
+		return askRelease(ctx, client, name, *reason, wait)
+	}
 	if err := client.ForceRelease(ctx, name, *owner); err != nil {
 		if errors.Is(err, baton.ErrNotHeld) {
 			return fail(exitError, "owner %q does not hold lock %q: nothing released", *owner, name)
@@ -305,4 +320,49 @@ func cmdPurge(args []string) int {
 		fmt.Fprintf(stdout, "purged %d expired entries\n", len(hs))
 	}
 	return exitOK
+}
+
+// askRelease asks the holders of name to release it and waits until they
+// did, or wait passed (the ask stands that long, and ends when baton exits).
+func askRelease(ctx context.Context, client *baton.Client, name, reason string, wait time.Duration) int {
+	hs, err := client.Status(ctx, &baton.Filter{Name: name})
+	if err != nil {
+		return failErr(err)
+	}
+	n, err := client.Ask(ctx, name, &baton.AskOptions{Reason: reason, TTL: wait})
+	switch {
+	case err != nil:
+		return failErr(err)
+	case n == 0:
+		fmt.Fprintf(stdout, "lock %q is not held: nobody to ask\n", name)
+		return exitOK
+	}
+	asked := map[uint64]bool{}
+	for _, h := range hs {
+		asked[h.Token] = true
+	}
+	fmt.Fprintf(stderr, "baton: asked %d holder(s) of lock %q to release it; waiting up to %v\n", n, name, wait)
+	wctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	watch, err := client.WatchHolders(wctx, name, 0)
+	if err != nil {
+		return failErr(err)
+	}
+	var left []baton.LockInfo
+	for held := range watch {
+		left = left[:0]
+		for _, h := range held {
+			if asked[h.Token] {
+				left = append(left, h)
+			}
+		}
+		if len(left) == 0 {
+			fmt.Fprintf(stdout, "lock %q was released by the holder(s) asked\n", name)
+			return exitOK
+		}
+	}
+	if len(left) == 0 {
+		return fail(exitError, "could not follow lock %q's holders for %v", name, wait)
+	}
+	return fail(exitError, "lock %q is still held by %s (token %d) after %v: the holder does not follow asks, or is still letting go (release --owner forces it)", name, left[0].Owner, left[0].Token, wait)
 }

@@ -260,3 +260,41 @@ func TestDefaultStore(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestAsk: 'baton release NAME --ask' asks the holder, which signals its
+// command (--on-ask) and releases the lock when the command exits; a holder
+// run with --on-ask none keeps it.
+func TestAsk(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	if r := e.baton(t, "release", "free", "--ask"); r.code != 0 || !strings.Contains(r.stdout, "not held") {
+		t.Errorf("ask of a free lock: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	dir := t.TempDir()
+	b := e.start(t, cmdline([]string{"run", "job", "--grace", "2s"}, helperArgv("wait", dir)...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	r := e.baton(t, "release", "job", "--ask", "--reason", "deploy at 10:00", "--wait", "20s")
+	if r.code != 0 || !strings.Contains(r.stdout, "was released") || !strings.Contains(r.stderr, "asked 1 holder") {
+		t.Errorf("release --ask: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	rb := b.wait(t)
+	if rb.code != 42 || !strings.Contains(rb.stderr, `asked to release lock "job" (deploy at 10:00)`) {
+		t.Errorf("the asked baton run: exit %d, stderr %q; want the command's 42 and a line about the ask", rb.code, rb.stderr)
+	}
+	if got := readString(t, filepath.Join(dir, "signal")); got != "terminated\n" {
+		t.Errorf("the command got %q, want SIGTERM", got)
+	}
+
+	dir = t.TempDir()
+	b = e.start(t, cmdline([]string{"run", "job", "--on-ask", "none"}, helperArgv("wait", dir)...)...)
+	waitFile(t, filepath.Join(dir, "started"))
+	r = e.baton(t, "release", "job", "--ask", "--wait", "1s")
+	if r.code != exitError || !strings.Contains(r.stderr, "still held") {
+		t.Errorf("release --ask of a holder with --on-ask none: exit %d, stderr %q", r.code, r.stderr)
+	}
+	writeFileAtomic(filepath.Join(dir, "stop"), "")
+	if rb := b.wait(t); rb.code != 0 {
+		t.Errorf("baton run --on-ask none: exit %d, stderr %q", rb.code, rb.stderr)
+	}
+}
