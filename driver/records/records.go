@@ -481,9 +481,12 @@ func (s *Store) Close() error { return s.r.Close() }
 
 // Watch implements driver.Waiter: a waiter is woken by this process's
 // changes at once, by other processes' through the store's notifications
-// (Notifier) or else by reading the name's record, every 2ms at first and
-// every Options.Poll at most, until the grant rules would grant the
-// request.
+// (Notifier) or else by reading the name's record until the grant rules
+// would grant the request: 2ms after the record last moved (a grant, a
+// release, a request queued or gone), then backing off to Options.Poll
+// while it stays the same. A queue that moves is thus followed closely
+// (the head learns of its hand-off within milliseconds), and a name held
+// long costs a read per Options.Poll.
 func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
 	s.mu.Lock()
 	g := s.names[req.Name]
@@ -530,6 +533,14 @@ type watch struct {
 	note     <-chan struct{} // the store's notification, if it has them
 	stopNote func()
 	closed   bool
+	seen     moved // the record as the last poll found it
+}
+
+// moved is what a polling waiter compares to tell that a name's record
+// moved: renewals leave it as it is.
+type moved struct {
+	seq, ticket    uint64
+	holders, queue int
 }
 
 const firstPoll = 2 * time.Millisecond
@@ -559,10 +570,15 @@ func (w *watch) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		if w.grantable(ctx) {
+		ok, m := w.grantable(ctx)
+		if ok {
 			return nil
 		}
-		d = min(d*2, w.s.poll)
+		if m != w.seen {
+			w.seen, d = m, firstPoll
+		} else {
+			d = min(d*2, w.s.poll)
+		}
 		t.Reset(d)
 	}
 }
@@ -587,15 +603,18 @@ func (w *watch) renote(ctx context.Context) {
 }
 
 // grantable reads the name's record and reports whether the request would
-// now be granted (or the read failed: the caller then asks, and finds out).
-func (w *watch) grantable(ctx context.Context) bool {
+// now be granted (or the read failed: the caller then asks, and finds out),
+// and how the record stands.
+func (w *watch) grantable(ctx context.Context) (bool, moved) {
 	ok := true
+	var m moved
 	err := w.s.r.Scan(ctx, w.req.Name, "", func(_ string, st *lockstate.State, now time.Time) bool {
+		m = moved{seq: st.Seq, ticket: st.Ticket, holders: len(st.Holders), queue: len(st.Queue)}
 		_, err := st.Clone().Acquire(&w.req, now)
 		ok = err == nil
 		return false
 	})
-	return ok || err != nil
+	return ok || err != nil, m
 }
 
 // Replay implements driver.Replayer: the time of this process's last
