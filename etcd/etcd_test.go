@@ -707,7 +707,7 @@ func TestOwnKeyGoneWhileWaiting(t *testing.T) {
 // BenchmarkServerFloor measures what bounds any lock's hand-off on this
 // etcd, whatever its design: one durable write (the holder's release; a
 // Put and a Delete per op, so ns/op is two writes) and one serializable
-// read (the waiter's check, when it needs one). BENCHMARKS.md quotes it.
+// read (the waiter's check, when it needs one). docs/benchmarks-history.md quotes it.
 func BenchmarkServerFloor(b *testing.B) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoint(b), ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 //   - memory-update: the UPDATEs on a MEMORY table (no flush, nothing
 //     survives a restart).
 //
-// BENCHMARKS.md quotes it.
+// docs/benchmarks-history.md quotes it.
 func BenchmarkServerFloor(b *testing.B) {
 	for _, s := range drivertest.Servers(serversEnv) {
 		b.Run(s.Name, func(b *testing.B) {

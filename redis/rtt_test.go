@@ -15,7 +15,7 @@ import (
 // virtual CPUs), a round trip costs ~25µs while the server answers within
 // a few µs and jumps to ~80µs beyond: an idle CPU that waits longer sleeps,
 // and waking it costs that much. A PING or SET NX stays under the jump;
-// any Lua script that reads and writes a few keys does not. BENCHMARKS.md
+// any Lua script that reads and writes a few keys does not. docs/benchmarks-history.md
 // quotes it:
 //
 //	go test -run XXX -bench ScriptRTT -benchtime 3000x -count 3 ./redis

@@ -12,7 +12,7 @@ import (
 
 // BenchmarkCloseMany takes b.N locks in one client, then closes it, and
 // reports how long Close took and how many holds it left to expire
-// (run with -benchtime 100000x). BENCHMARKS.md quotes it.
+// (run with -benchtime 100000x). docs/benchmarks-history.md quotes it.
 func BenchmarkCloseMany(b *testing.B) {
 	ctx := context.Background()
 	url := "sqlite://" + filepath.Join(b.TempDir(), "close.db")
