@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -482,11 +483,13 @@ func (s *Store) Close() error { return s.r.Close() }
 // Watch implements driver.Waiter: a waiter is woken by this process's
 // changes at once, by other processes' through the store's notifications
 // (Notifier) or else by reading the name's record until the grant rules
-// would grant the request: 2ms after the record last moved (a grant, a
-// release, a request queued or gone), then backing off to Options.Poll
-// while it stays the same. A queue that moves is thus followed closely
-// (the head learns of its hand-off within milliseconds), and a name held
-// long costs a read per Options.Poll.
+// would grant the request: after the record moved (a grant, a release, a
+// request queued or gone), 2ms later for the head of the queue, twice that
+// for each place further back, then backing off to Options.Poll while it
+// stays the same. A queue that moves is thus followed closely where it
+// matters (the head learns of its hand-off within milliseconds), the
+// waiters behind it cost reads by their distance from their turn, and a
+// name held long costs a read per Options.Poll and waiter.
 func (s *Store) Watch(ctx context.Context, req *driver.Request) (driver.Watch, error) {
 	s.mu.Lock()
 	g := s.names[req.Name]
@@ -570,12 +573,12 @@ func (w *watch) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		ok, m := w.grantable(ctx)
+		ok, m, place := w.grantable(ctx)
 		if ok {
 			return nil
 		}
 		if m != w.seen {
-			w.seen, d = m, firstPoll
+			w.seen, d = m, min(firstPoll*time.Duration(place+1), w.s.poll)
 		} else {
 			d = min(d*2, w.s.poll)
 		}
@@ -604,17 +607,19 @@ func (w *watch) renote(ctx context.Context) {
 
 // grantable reads the name's record and reports whether the request would
 // now be granted (or the read failed: the caller then asks, and finds out),
-// and how the record stands.
-func (w *watch) grantable(ctx context.Context) (bool, moved) {
-	ok := true
+// how the record stands, and the request's place in the queue (0: its
+// head, or not queued).
+func (w *watch) grantable(ctx context.Context) (bool, moved, int) {
+	ok, place := true, 0
 	var m moved
 	err := w.s.r.Scan(ctx, w.req.Name, "", func(_ string, st *lockstate.State, now time.Time) bool {
 		m = moved{seq: st.Seq, ticket: st.Ticket, holders: len(st.Holders), queue: len(st.Queue)}
+		place = max(slices.IndexFunc(st.Queue, func(e lockstate.Entry) bool { return e.Owner == w.req.Owner }), 0)
 		_, err := st.Clone().Acquire(&w.req, now)
 		ok = err == nil
 		return false
 	})
-	return ok || err != nil, m
+	return ok || err != nil, m, place
 }
 
 // Replay implements driver.Replayer: the time of this process's last
