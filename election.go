@@ -135,9 +135,14 @@ func (e *Election) handOver(ctx context.Context, l *Lease) (string, error) {
 	pending, mine := pendingHandOvers(asks, e.owner)
 	for _, h := range mine {
 		// The mark is an ask of its own, naming the hand-over it ends, for
-		// as long as the hand-over stands.
+		// as long as the hand-over stands (its TTL, where it lives in a
+		// store session).
+		left := h.Left
+		if h.Expires.IsZero() {
+			left = h.TTL
+		}
 		req := &driver.Request{
-			Name: askName(e.name), Owner: NewOwner(), Mode: driver.Shared, TTL: max(h.Left, MinTTL), Host: e.c.opts.Host,
+			Name: askName(e.name), Owner: NewOwner(), Mode: driver.Shared, TTL: max(left, MinTTL), Host: e.c.opts.Host,
 			Meta: map[string]string{askDone: h.Owner},
 		}
 		sent := e.c.clock.Now()
