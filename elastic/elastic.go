@@ -58,7 +58,8 @@
 // primary shard moves, the new node's clock takes over: keep the nodes'
 // clocks synchronised (NTP). See docs/stores/elastic.md#time.
 //
-// Waiters poll the document's version (2ms apart, backing off to 100ms).
+// Waiters poll the document: soon after it moved, the head of the queue
+// first, backing off to 100ms while it stays the same.
 // Listings other than by name, and Purge, search a refreshed index.
 package elastic
 
