@@ -57,8 +57,8 @@ func (e *AskedError) Is(target error) bool { return target == ErrAsked }
 
 // AskOptions configure an ask. The zero value works.
 type AskOptions struct {
-	// Reason is shown to the holder (Lease.AskCause); at most MaxReasonLen
-	// bytes.
+	// Reason is shown to the holder (Lease.AskCause): printable UTF-8 of
+	// at most MaxReasonLen bytes.
 	Reason string
 	// TTL is how long the ask stands: a holder that starts following asks
 	// later does not see it. The client's TTL if zero. It also ends when
@@ -114,6 +114,9 @@ func (c *Client) Ask(ctx context.Context, name string, o *AskOptions) (int, erro
 	switch {
 	case len(o.Reason) > MaxReasonLen:
 		return 0, invalid("ask reason is %d bytes, longer than %d", len(o.Reason), MaxReasonLen)
+	case !printable(o.Reason):
+		// Holders print it (baton run does, to its terminal).
+		return 0, invalid("ask reason %q is not printable UTF-8", o.Reason)
 	case o.Prefer != "":
 		if err := checkOwner(o.Prefer); err != nil {
 			return 0, err

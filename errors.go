@@ -83,6 +83,20 @@ func checkName(name string) error {
 	return nil
 }
 
+// printable reports whether s is UTF-8 without control or non-printing
+// characters (spaces allowed).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return false
+		}
+	}
+	return true
+}
+
 func checkOwner(owner string) error {
 	switch {
 	case owner == "":

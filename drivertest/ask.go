@@ -142,6 +142,8 @@ func (s *suite) ask(t *testing.T) {
 		{"bad\x00name", nil},
 		{n, &baton.AskOptions{Reason: strings.Repeat("r", baton.MaxReasonLen+1)}},
 		{n, &baton.AskOptions{TTL: -time.Second}},
+		{n, &baton.AskOptions{Reason: "red \x1b[31malert"}},
+		{n, &baton.AskOptions{Reason: "two\nlines"}},
 	} {
 		if _, err := b.Ask(ctx, tc.name, tc.o); !errors.Is(err, baton.ErrInvalid) {
 			t.Errorf("Ask(%q, %+v): %v, want ErrInvalid", tc.name, tc.o, err)
