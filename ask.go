@@ -146,26 +146,34 @@ func (c *Client) Ask(ctx context.Context, name string, o *AskOptions) (int, erro
 	if err := checkMeta(meta); err != nil {
 		return 0, err
 	}
+	if err := c.postAsk(ctx, name, ttl, meta); err != nil {
+		return 0, err
+	}
+	return len(hs), nil
+}
+
+// postAsk takes a hold on name's companion name with meta, for ttl: an ask,
+// or a hand-over's done mark. It is tracked as a lease without keepalive:
+// it ends when its TTL runs out, or at Close, and is released then, which
+// also ends it on a store whose holds live in a session.
+func (c *Client) postAsk(ctx context.Context, name string, ttl time.Duration, meta map[string]string) error {
 	req := &driver.Request{Name: askName(name), Owner: NewOwner(), Mode: driver.Shared, TTL: ttl, Host: c.opts.Host, Meta: meta}
 	retry := backoff{n: 3, max: c.opts.MaxPoll}
 	for {
 		if c.isClosed() {
-			return 0, storeErr("ask", name, ErrClosed)
+			return storeErr("ask", name, ErrClosed)
 		}
 		sent := c.clock.Now()
 		done := c.call(ctx, "ask", name)
 		g, err := c.store.Acquire(ctx, req)
 		done(err)
 		if err == nil {
-			// Tracked as a lease without keepalive: it ends when its TTL
-			// runs out, or at Close, and is released then, which also ends
-			// an ask on a store whose holds live in a session.
 			c.newLease(req, g, sent, false, 0)
-			return len(hs), nil
+			return nil
 		}
 		if !retryable(ctx, err) || retry.n-3 >= c.opts.Retries || !c.sleep(ctx, retry.next()) {
 			c.abandon(ctx, req)
-			return 0, storeErr("ask", name, cmp.Or(context.Cause(ctx), err))
+			return storeErr("ask", name, cmp.Or(context.Cause(ctx), err))
 		}
 	}
 }

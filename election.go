@@ -7,8 +7,6 @@ import (
 	"maps"
 	"sync"
 	"time"
-
-	"github.com/baton-go/baton/driver"
 )
 
 // Election is a leader election on one lock name: the leader is the holder
@@ -141,14 +139,7 @@ func (e *Election) handOver(ctx context.Context, l *Lease) (string, error) {
 		if h.Expires.IsZero() {
 			left = h.TTL
 		}
-		req := &driver.Request{
-			Name: askName(e.name), Owner: NewOwner(), Mode: driver.Shared, TTL: max(left, MinTTL), Host: e.c.opts.Host,
-			Meta: map[string]string{askDone: h.Owner},
-		}
-		sent := e.c.clock.Now()
-		if g, err := e.c.store.Acquire(ctx, req); err == nil {
-			e.c.newLease(req, g, sent, false, 0)
-		}
+		_ = e.c.postAsk(ctx, e.name, max(left, MinTTL), map[string]string{askDone: h.Owner})
 	}
 	for _, h := range pending {
 		if h.Meta[askPrefer] != e.owner {

@@ -75,26 +75,28 @@ func checkName(name string) error {
 	case !utf8.ValidString(name):
 		return invalid("lock name %q is not valid UTF-8", name)
 	}
-	for _, r := range name {
-		if !unicode.IsPrint(r) && r != ' ' {
-			return invalid("lock name %q has a control or non-printing character %U", name, r)
-		}
+	if r, ok := unprintable(name); ok {
+		return invalid("lock name %q has a control or non-printing character %U", name, r)
 	}
 	return nil
 }
 
-// printable reports whether s is UTF-8 without control or non-printing
-// characters (spaces allowed).
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
+// unprintable returns the first control or non-printing character of s
+// (spaces are fine).
+func unprintable(s string) (rune, bool) {
 	for _, r := range s {
 		if !unicode.IsPrint(r) && r != ' ' {
-			return false
+			return r, true
 		}
 	}
-	return true
+	return 0, false
+}
+
+// printable reports whether s is UTF-8 without control or non-printing
+// characters.
+func printable(s string) bool {
+	_, bad := unprintable(s)
+	return utf8.ValidString(s) && !bad
 }
 
 func checkOwner(owner string) error {
