@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -11,7 +12,15 @@ import (
 // whether the procedures must be (re)created. It ends with a hash of
 // ddlTemplate, so that any change of the SQL replaces the procedures of an
 // older version of this package.
-var schemaVersion = "baton mysql store 1 " + hash(ddlTemplate)[:12]
+var schemaVersion = "baton mysql store 2 " + hash(ddlTemplate)[:12]
+
+// version is the comment of the procedures of a table in the given mode.
+func version(durable bool) string {
+	if durable {
+		return schemaVersion + " durable"
+	}
+	return schemaVersion + " fast"
+}
 
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
 
@@ -26,45 +35,107 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds                               string
-	acquire, renew, release, purge, bind, reclaim string
+	counters, holds, state, epochs, long, meta                            string
+	acquire, renew, release, purge, bind, reclaim, keep, incarnate, raise string
 }
 
 func newObjects(table string) objects {
 	return objects{
-		counters: table,
-		holds:    table + "_holds",
-		acquire:  table + "_acquire",
-		renew:    table + "_renew",
-		release:  table + "_release",
-		purge:    table + "_purge",
-		bind:     table + "_bind",
-		reclaim:  table + "_reclaim",
+		counters:  table,
+		holds:     table + "_holds",
+		state:     table + "_state",
+		epochs:    table + "_epochs",
+		long:      table + "_long",
+		meta:      table + "_meta",
+		keep:      table + "_keep",
+		incarnate: table + "_incarnate",
+		raise:     table + "_raise",
+		acquire:   table + "_acquire",
+		renew:     table + "_renew",
+		release:   table + "_release",
+		purge:     table + "_purge",
+		bind:      table + "_bind",
+		reclaim:   table + "_reclaim",
 	}
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.reclaim}
+	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.reclaim, o.keep, o.incarnate, o.raise}
 }
 
-// statements returns the DDL, one statement per element, in order.
-func (o objects) statements() []string {
-	script := strings.NewReplacer(
+func (o objects) tables() []string {
+	return []string{o.counters, o.holds, o.state, o.epochs, o.long, o.meta}
+}
+
+// The fast mode's MEMORY rows have a fixed width: a host is cut to
+// maxHost bytes, and metadata longer than maxMeta bytes is kept in the
+// InnoDB table T_meta (a flush per grant). heapSize is the size limit of
+// the MEMORY tables (about 1.2 KB per hold or queue entry).
+const (
+	maxHost  = 255
+	maxMeta  = 255
+	heapSize = 512 << 20
+)
+
+// statements returns the DDL of a table in the given mode, one statement
+// per element, in order.
+func (o objects) statements(durable bool) []string {
+	mode := map[bool][]string{
+		false: {
+			"{FAST}", "1",
+			"{ENGINE}", "MEMORY",
+			"{SEQS}", o.state,
+			"{HOSTTYPE}", "VARBINARY(" + strconv.Itoa(maxHost) + ")",
+			"{METATYPE}", "VARBINARY(" + strconv.Itoa(maxMeta) + ")",
+			"{METAMAX}", strconv.Itoa(maxMeta),
+			"{METACOL}", "COALESCE(h.meta, m.meta)",
+			"{METAJOIN}", "LEFT JOIN " + o.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token",
+		},
+		true: {
+			"{FAST}", "0",
+			"{ENGINE}", "InnoDB",
+			"{SEQS}", o.counters,
+			"{HOSTTYPE}", "BLOB",
+			"{METATYPE}", "BLOB",
+			"{METAMAX}", "4294967295",
+			"{METACOL}", "h.meta",
+			"{METAJOIN}", "",
+		},
+	}[durable]
+	script := strings.NewReplacer(append(mode,
 		"{COUNTERS}", o.counters,
 		"{HOLDS}", o.holds,
+		"{STATE}", o.state,
+		"{EPOCHS}", o.epochs,
+		"{LONG}", o.long,
+		"{META}", o.meta,
+		"{KEEP}", o.keep,
+		"{INCARNATE}", o.incarnate,
+		"{RAISE}", o.raise,
+		"{HEAPSIZE}", strconv.Itoa(heapSize),
+		// The server an incarnation is on: a replica has another
+		// server_id than its primary.
+		"{SERVERID}", "CONCAT(@@server_id, '/', @@hostname, ':', @@port)",
+		// GET_LOCK names are server-wide and at most 64 characters.
+		"{INCLOCK}", "CONCAT('baton-inc:', LEFT(SHA2(CONCAT(DATABASE(), '.', '"+o.counters+"'), 256), 48))",
 		"{ACQUIRE}", o.acquire,
 		"{RENEW}", o.renew,
 		"{RELEASE}", o.release,
 		"{PURGE}", o.purge,
 		"{BIND}", o.bind,
 		"{RECLAIM}", o.reclaim,
-		"{VERSION}", schemaVersion,
+		"{VERSION}", version(durable),
 		"{US}", "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ",
 		// Lock waits end after a second (the least MySQL allows), and the
 		// session's own setting is put back before the procedure returns.
 		"{LOCKWAIT}", "SET v_lwt = @@SESSION.innodb_lock_wait_timeout;\n\tSET SESSION innodb_lock_wait_timeout = 1;",
-	).Replace(ddlTemplate)
+	)...).Replace(ddlTemplate)
 	var out []string
+	if !durable {
+		// MEMORY tables keep the size limit of the session that creates
+		// them.
+		out = append(out, "SET SESSION max_heap_table_size = CAST(GREATEST(@@SESSION.max_heap_table_size, "+strconv.Itoa(heapSize)+") AS UNSIGNED)")
+	}
 	for _, s := range strings.Split(script, "\n-- ;;\n") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
@@ -93,7 +164,7 @@ func DDL(opts *Options) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString("-- " + schemaVersion + "\nDELIMITER //\n")
-	for _, s := range newObjects(o.Table).statements() {
+	for _, s := range newObjects(o.Table).statements(o.Durable) {
 		b.WriteString(s)
 		b.WriteString("\n//\n")
 	}

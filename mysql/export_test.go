@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -12,7 +13,7 @@ import (
 // (tests use fresh tables).
 func DropSQL(table string) []string {
 	o := newObjects(table)
-	out := []string{"DROP TABLE IF EXISTS " + o.holds + ", " + o.counters}
+	out := []string{"DROP TABLE IF EXISTS " + strings.Join(o.tables(), ", ")}
 	for _, p := range o.procedures() {
 		out = append(out, "DROP PROCEDURE IF EXISTS "+p)
 	}
@@ -20,7 +21,9 @@ func DropSQL(table string) []string {
 }
 
 // Statements returns the DDL of table, one statement per element.
-func Statements(table string) []string { return newObjects(table).statements() }
+func Statements(table string, durable bool) []string {
+	return newObjects(table).statements(durable)
+}
 
 // ParseURL converts a mysql:// or mariadb:// URL to a go-sql-driver DSN
 // and the Options its baton_ parameters set.

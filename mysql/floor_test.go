@@ -49,6 +49,31 @@ func BenchmarkServerFloor(b *testing.B) {
 					SELECT ROW_COUNT();
 				END`)
 			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_set")
+			must("DROP TABLE IF EXISTS baton_floor_mholds")
+			must("CREATE TABLE baton_floor_mholds (name VARBINARY(255) NOT NULL, owner VARBINARY(128) NOT NULL, token BIGINT UNSIGNED NOT NULL, expires DATETIME(6) NOT NULL, PRIMARY KEY (name, owner)) ENGINE=MEMORY")
+			defer db.ExecContext(ctx, "DROP TABLE IF EXISTS baton_floor_mholds")
+			must("DROP PROCEDURE IF EXISTS baton_floor_mset")
+			must(`CREATE PROCEDURE baton_floor_mset(IN p_owner VARBINARY(128), IN p_acquire TINYINT)
+				MODIFIES SQL DATA SQL SECURITY INVOKER
+				BEGIN
+					DECLARE v_seq BIGINT UNSIGNED;
+					DECLARE v_n INT;
+					DECLARE v_now DATETIME(6);
+					SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+					START TRANSACTION;
+					SELECT seq INTO v_seq FROM baton_floor_InnoDB WHERE name = 'x' FOR UPDATE;
+					SET v_now = UTC_TIMESTAMP(6);
+					SELECT COUNT(*) INTO v_n FROM baton_floor_mholds WHERE name = 'x' AND expires > v_now;
+					IF p_acquire THEN
+						UPDATE baton_floor_MEMORY SET seq = seq + 1 WHERE name = 'x';
+						INSERT INTO baton_floor_mholds VALUES ('x', p_owner, v_seq, v_now + INTERVAL 15 SECOND);
+					ELSE
+						DELETE FROM baton_floor_mholds WHERE name = 'x' AND owner = p_owner;
+					END IF;
+					COMMIT;
+					SELECT v_n;
+				END`)
+			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_mset")
 
 			conn, err := db.Conn(ctx)
 			if err != nil {
@@ -94,6 +119,21 @@ func BenchmarkServerFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer call.Close()
+			mcall, err := conn.PrepareContext(ctx, "CALL baton_floor_mset('own1', ?)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer mcall.Close()
+			b.Run("memory-call", func(b *testing.B) {
+				var n int64
+				for b.Loop() {
+					for _, acquire := range []int{1, 0} {
+						if err := mcall.QueryRowContext(ctx, acquire).Scan(&n); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
 			b.Run("innodb-call", func(b *testing.B) {
 				var n int64
 				for b.Loop() {

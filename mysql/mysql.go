@@ -97,6 +97,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
@@ -130,7 +131,23 @@ type Options struct {
 	// often, and the first that finds the last reclaim that old does it
 	// (DefaultReclaim if zero; negative: never).
 	Reclaim time.Duration
+	// Durable makes a new lock table durable: every grant, renewal and
+	// release waits for the server's log flush, and a restart of the
+	// server keeps every hold. By default a new table keeps its holds in
+	// MEMORY tables, which cost no flush; a restart then loses them, and
+	// the store grants nothing for a grace period (see MaxGrace). A table
+	// keeps the mode it was created with: Open refuses Durable on a fast
+	// table, and a durable table (every table made by an earlier version
+	// of this package) stays durable.
+	Durable bool
+	// MaxGrace bounds the grace period of a fast table: leases longer
+	// than MaxGrace are also written to an InnoDB table, with a flush, and
+	// come back after a restart (DefaultMaxGrace if zero).
+	MaxGrace time.Duration
 }
+
+// DefaultMaxGrace is used when Options.MaxGrace is zero.
+const DefaultMaxGrace = 60 * time.Second
 
 // DefaultReclaim is used when Options.Reclaim is zero.
 const DefaultReclaim = 10 * time.Minute
@@ -153,7 +170,9 @@ type Store struct {
 
 	initSem chan struct{} // held while the schema is checked or created
 	ready   atomic.Bool
-	st      stmts // set once ready
+	fast    bool         // the table's holds are in MEMORY; set once ready
+	maxTTL  atomic.Int64 // the longest TTL a grace period covers, as last learned
+	st      stmts        // set once ready
 	srv     server
 
 	bells *bells
@@ -175,11 +194,12 @@ type Store struct {
 type stmts struct {
 	acquire, renew, release, bind            *sql.Stmt
 	listAll, listName, listOwner, listPrefix *sql.Stmt
+	raise                                    *sql.Stmt
 	purge, reclaim                           string
 }
 
 func (s *stmts) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix} {
+	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix, s.raise} {
 		if st != nil {
 			st.Close()
 		}
@@ -265,6 +285,12 @@ func checkOptions(opts *Options) (Options, error) {
 	if o.Reclaim == 0 {
 		o.Reclaim = DefaultReclaim
 	}
+	if o.MaxGrace == 0 {
+		o.MaxGrace = DefaultMaxGrace
+	}
+	if o.MaxGrace < 0 {
+		return o, fmt.Errorf("mysql: Options.MaxGrace is negative (%v)", o.MaxGrace)
+	}
 	return o, checkTable(o.Table)
 }
 
@@ -319,8 +345,24 @@ func parseURL(u *url.URL) (string, *Options, error) {
 			}
 			o.Reclaim = d
 			q.Del(k)
+		case k == "baton_durable":
+			switch strings.ToLower(v) {
+			case "1", "true", "yes", "on", "":
+				o.Durable = true
+			case "0", "false", "no", "off":
+			default:
+				return "", nil, fmt.Errorf("mysql: baton_durable=%q in the URL: want 1 or 0", v)
+			}
+			q.Del(k)
+		case k == "baton_maxgrace":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return "", nil, fmt.Errorf("mysql: baton_maxgrace=%q in the URL: want a positive duration such as 60s", v)
+			}
+			o.MaxGrace = d
+			q.Del(k)
 		case strings.HasPrefix(k, "baton_"):
-			return "", nil, fmt.Errorf("mysql: unknown URL parameter %s (known: baton_table, baton_nocreate, baton_reclaim)", k)
+			return "", nil, fmt.Errorf("mysql: unknown URL parameter %s (known: baton_table, baton_nocreate, baton_reclaim, baton_durable, baton_maxgrace)", k)
 		}
 	}
 	if o.Table != "" {
@@ -392,28 +434,32 @@ func (s *Store) init(ctx context.Context) error {
 }
 
 func (s *Store) setup(ctx context.Context) error {
-	var version string
+	var serverVersion string
 	var dbName sql.NullString
-	if err := s.db.QueryRowContext(ctx, "SELECT VERSION(), DATABASE()").Scan(&version, &dbName); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION(), DATABASE()").Scan(&serverVersion, &dbName); err != nil {
 		return fmt.Errorf("mysql: connecting: %w", err)
 	}
 	if !dbName.Valid || dbName.String == "" {
 		return errors.New("mysql: the connection has no current database: name one in the DSN")
 	}
-	srv := server{mariadb: strings.Contains(strings.ToLower(version), "mariadb"), dbName: dbName.String}
-	if err := checkVersion(version, srv.mariadb); err != nil {
+	srv := server{mariadb: strings.Contains(strings.ToLower(serverVersion), "mariadb"), dbName: dbName.String}
+	if err := checkVersion(serverVersion, srv.mariadb); err != nil {
 		return err
 	}
-	ok, err := s.current(ctx, s.db)
+	durable, err := s.mode(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	ok, err := s.current(ctx, s.db, durable)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		if s.opts.NoCreate {
 			return fmt.Errorf("mysql: lock table %s in database %s is missing or out of date (want %q), and Options.NoCreate is set: create it with the script from mysql.DDL",
-				s.obj.counters, srv.dbName, schemaVersion)
+				s.obj.counters, srv.dbName, version(durable))
 		}
-		if err := s.create(ctx, srv.dbName); err != nil {
+		if durable, err = s.create(ctx, srv.dbName); err != nil {
 			return err
 		}
 	}
@@ -426,30 +472,55 @@ func (s *Store) setup(ctx context.Context) error {
 		p, err = s.db.PrepareContext(ctx, q)
 		return p
 	}
-	const cols = "name, owner, queued, mode, lim, token, host, meta, ttl_ns, " +
-		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created), " +
-		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', renewed), " +
-		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires), " +
+	// Metadata too long for a MEMORY row is in T_meta (flag 2).
+	const cols = "h.name, h.owner, h.queued, h.mode, h.lim, h.token, h.host, COALESCE(h.meta, m.meta), h.ttl_ns, " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.created), " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.renewed), " +
+		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
-	h := s.obj.holds
-	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
+	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep("CALL " + s.obj.release + "(?)")
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
+	st.raise = prep("CALL " + s.obj.raise + "(?, ?)")
 	st.listAll = prep("SELECT " + cols + " FROM " + h)
-	st.listName = prep("SELECT " + cols + " FROM " + h + " WHERE name = UNHEX(?)")
-	st.listOwner = prep("SELECT " + cols + " FROM " + h + " WHERE owner = UNHEX(?)")
+	st.listName = prep("SELECT " + cols + " FROM " + h + " WHERE h.name = UNHEX(?)")
+	st.listOwner = prep("SELECT " + cols + " FROM " + h + " WHERE h.owner = UNHEX(?)")
 	// Names are UTF-8, which has no byte 0xFF: the names with a prefix p
 	// are exactly those in [p, p || 0xFF).
-	st.listPrefix = prep("SELECT " + cols + " FROM " + h + " WHERE name >= UNHEX(?) AND name < UNHEX(?)")
+	st.listPrefix = prep("SELECT " + cols + " FROM " + h + " WHERE h.name >= UNHEX(?) AND h.name < UNHEX(?)")
 	st.purge = "CALL " + s.obj.purge + "()"
 	st.reclaim = "CALL " + s.obj.reclaim + "(?)"
 	if err != nil {
 		st.close()
 		return fmt.Errorf("mysql: preparing statements: %w", err)
 	}
-	s.st, s.srv = st, srv
+	s.st, s.srv, s.fast = st, srv, !durable
 	return nil
+}
+
+// mode tells whether the lock table is durable: the engine of its holds
+// table if it exists, Options.Durable otherwise. A table keeps its mode:
+// switching it while clients hold locks would hide their holds from each
+// other.
+func (s *Store) mode(ctx context.Context, q queryRower) (durable bool, err error) {
+	var engine sql.NullString
+	err = q.QueryRowContext(ctx, "SELECT MAX(ENGINE) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+		s.obj.holds).Scan(&engine)
+	if err != nil {
+		return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
+	}
+	switch {
+	case !engine.Valid:
+		return s.opts.Durable, nil
+	case strings.EqualFold(engine.String, "MEMORY"):
+		if s.opts.Durable {
+			return false, fmt.Errorf("mysql: Options.Durable is set, but lock table %s was created fast (its holds are in a MEMORY table): use another table for durable locks", s.obj.counters)
+		}
+		return false, nil
+	}
+	return true, nil
 }
 
 // checkVersion refuses servers without JSON_TABLE.
@@ -476,32 +547,36 @@ type queryRower interface {
 
 // current reports whether the tables exist and every procedure has this
 // version's comment.
-func (s *Store) current(ctx context.Context, q queryRower) (bool, error) {
+func (s *Store) current(ctx context.Context, q queryRower, durable bool) (bool, error) {
 	var tables, procs int
-	ps := s.obj.procedures()
-	args := []any{s.obj.counters, s.obj.holds}
+	ps, ts := s.obj.procedures(), s.obj.tables()
+	var args []any
+	for _, t := range ts {
+		args = append(args, t)
+	}
 	for _, p := range ps {
 		args = append(args, p)
 	}
-	args = append(args, schemaVersion)
+	args = append(args, version(durable))
 	err := q.QueryRowContext(ctx, `SELECT
-		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)),
+		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?`+strings.Repeat(", ?", len(ts)-1)+`)),
 		(SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()
 		    AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?`+strings.Repeat(", ?", len(ps)-1)+`) AND ROUTINE_COMMENT = ?)`,
 		args...).Scan(&tables, &procs)
 	if err != nil {
 		return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
 	}
-	return tables == 2 && procs == len(ps), nil
+	return tables == len(ts) && procs == len(ps), nil
 }
 
 // create runs the DDL on a connection that holds a GET_LOCK named after
 // the table, so that concurrent first opens take turns (DDL is not
-// transactional in MySQL).
-func (s *Store) create(ctx context.Context, dbName string) error {
+// transactional in MySQL). It returns the table's mode, which a process
+// that created the table meanwhile may have chosen.
+func (s *Store) create(ctx context.Context, dbName string) (durable bool, err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("mysql: creating the lock table: %w", err)
+		return false, fmt.Errorf("mysql: creating the lock table: %w", err)
 	}
 	// The GET_LOCK dies with the connection: discard it rather than return
 	// it to the pool.
@@ -509,25 +584,41 @@ func (s *Store) create(ctx context.Context, dbName string) error {
 	ddlLock := "baton-ddl:" + hash(dbName, s.opts.Table) // GET_LOCK names are server-wide
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", ddlLock).Scan(&got); err != nil {
-		return fmt.Errorf("mysql: creating the lock table: %w", err)
+		return false, fmt.Errorf("mysql: creating the lock table: %w", err)
 	}
 	if got.Int64 != 1 {
-		return fmt.Errorf("mysql: creating the lock table %s: another process held the DDL lock for 60s", s.obj.counters)
+		return false, fmt.Errorf("mysql: creating the lock table %s: another process held the DDL lock for 60s", s.obj.counters)
 	}
 	// Another process may have created it while we waited for the lock.
-	if ok, err := s.current(ctx, conn); err != nil || ok {
-		return err
+	if durable, err = s.mode(ctx, conn); err != nil {
+		return false, err
+	}
+	if ok, err := s.current(ctx, conn, durable); err != nil || ok {
+		return durable, err
 	}
 	// Procedures keep the sql_mode they were created with.
 	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"); err != nil {
-		return fmt.Errorf("mysql: creating the lock table: %w", err)
+		return false, fmt.Errorf("mysql: creating the lock table: %w", err)
 	}
-	for _, stmt := range s.obj.statements() {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
+	// A holds table made by schema 1 lacks the flags column.
+	var holds, flags int
+	if err := conn.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
+		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'flags')`,
+		s.obj.holds, s.obj.holds).Scan(&holds, &flags); err != nil {
+		return false, fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
+	}
+	if holds == 1 && flags == 0 {
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+s.obj.holds+" ADD COLUMN flags TINYINT NOT NULL DEFAULT 0"); err != nil {
+			return false, fmt.Errorf("mysql: upgrading the lock table %s: %w", s.obj.counters, err)
 		}
 	}
-	return nil
+	for _, stmt := range s.obj.statements(durable) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return false, fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
+		}
+	}
+	return durable, nil
 }
 
 // discard closes conn's underlying connection instead of returning it to
@@ -655,17 +746,40 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		bQueued                   int8
 		bToken                    uint64
 	)
-	queue := 0
+	queue, long := 0, 0
 	if req.Queue {
 		queue = 1
+	}
+	host := req.Host
+	if s.fast {
+		host = cut(host, maxHost)
+		if req.TTL > s.opts.MaxGrace {
+			long = 1
+		}
 	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	err := retry(ctx, func() error {
-		bOwner = nil
-		return s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
-			ns(req.TTL), queue, ns(req.QueueTTL), req.Host, meta).
-			Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
+		for range 3 {
+			bOwner = nil
+			err := s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
+				ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long).
+				Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
+			switch {
+			case err != nil:
+				return err
+			case status == 5: // the TTL is longer than a grace period covers
+				err = s.raise(cctx, req.TTL, -1)
+			case status == 6: // the name's counter is full
+				err = s.raise(cctx, 0, int64(token))
+			default:
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("acquire: status %d after raising", status)
 	})
 	keep := err == nil && (status <= 1 || status == 2 && req.Queue)
 	if took && !keep {
@@ -693,6 +807,32 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, driver.ErrLimitConflict
 	}
 	return nil, fmt.Errorf("mysql: acquire: unexpected status %d", status)
+}
+
+// raise records durably that grace periods must cover leases of ttl and,
+// if epoch >= 0, starts the epoch after it (see T_raise).
+func (s *Store) raise(ctx context.Context, ttl time.Duration, epoch int64) error {
+	var max int64
+	if err := s.st.raise.QueryRowContext(ctx, ns(ttl), epoch).Scan(&max); err != nil {
+		return err
+	}
+	for {
+		old := s.maxTTL.Load()
+		if max <= old || s.maxTTL.CompareAndSwap(old, max) {
+			return nil
+		}
+	}
+}
+
+// cut returns s cut to at most n bytes, at a UTF-8 character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // holdsJSON encodes holds as the renew procedure's argument.
@@ -777,6 +917,19 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	arg := holdsJSON(holds)
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
+	if s.fast {
+		var longest time.Duration
+		for _, h := range holds {
+			if h.TTL <= s.opts.MaxGrace && h.TTL > longest {
+				longest = h.TTL
+			}
+		}
+		if int64(longest) > s.maxTTL.Load() {
+			if err := retry(ctx, func() error { return s.raise(cctx, longest, -1) }); err != nil {
+				return nil, wrap("renew", err)
+			}
+		}
+	}
 	err := retry(ctx, func() error {
 		clear(out)
 		var res string

@@ -378,7 +378,7 @@ func TestNoCreate(t *testing.T) {
 			t.Fatalf("DDL = %.200q…, %v", script, err)
 		}
 		db := rawDB(t)
-		for _, q := range mysql.Statements(tb) {
+		for _, q := range mysql.Statements(tb, false) {
 			if !strings.Contains(script, q) {
 				t.Fatalf("DDL script lacks %.80q", q)
 			}

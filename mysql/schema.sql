@@ -13,27 +13,82 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 	mode    TINYINT NOT NULL COMMENT '1 exclusive, 2 shared',
 	lim     INT NOT NULL COMMENT 'semaphore limit, 0 for none',
 	token   BIGINT UNSIGNED NOT NULL COMMENT 'fencing token, or queue ticket',
-	host    BLOB NOT NULL,
-	meta    BLOB NULL COMMENT 'JSON object',
+	host    {HOSTTYPE} NOT NULL,
+	meta    {METATYPE} NULL COMMENT 'JSON object',
 	ttl_ns  BIGINT NOT NULL,
 	created DATETIME(6) NOT NULL COMMENT 'UTC',
 	renewed DATETIME(6) NOT NULL COMMENT 'UTC',
 	expires DATETIME(6) NOT NULL COMMENT 'UTC',
-	PRIMARY KEY (name, owner),
-	KEY owner_ix (owner)
-) ENGINE=InnoDB COMMENT='baton mysql store: holds and queue entries'
+	flags   TINYINT NOT NULL DEFAULT 0 COMMENT '1: a long lease, also in {LONG}; 2: meta is in {META}',
+	PRIMARY KEY (name, owner) USING BTREE,
+	KEY owner_ix (owner) USING BTREE
+) ENGINE={ENGINE} COMMENT='baton mysql store: holds and queue entries'
+-- ;;
+-- The durable epoch of the lock state (see INCARNATE) and the longest TTL
+-- of a lease granted without a flush.
+CREATE TABLE IF NOT EXISTS {EPOCHS} (
+	id      TINYINT NOT NULL PRIMARY KEY,
+	epoch   INT UNSIGNED NOT NULL,
+	max_ttl BIGINT NOT NULL COMMENT 'nanoseconds'
+) ENGINE=InnoDB COMMENT='baton mysql store: epochs'
+-- ;;
+INSERT IGNORE INTO {EPOCHS} (id, epoch, max_ttl) VALUES (1, 0, 0)
+-- ;;
+-- The counters of the names in use when {HOLDS} is a MEMORY table, and
+-- the marker of the server's incarnation, the row named '': its epoch,
+-- the server it is on, the end of its grace period, the floor of new
+-- names' counters.
+CREATE TABLE IF NOT EXISTS {STATE} (
+	name    VARBINARY(255) NOT NULL,
+	seq     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last fencing token handed out',
+	ticket  BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last queue ticket handed out',
+	epoch   INT UNSIGNED NULL,
+	server  VARBINARY(160) NULL,
+	grace   DATETIME(6) NULL COMMENT 'UTC: nothing is granted before',
+	max_ttl BIGINT NULL,
+	PRIMARY KEY (name) USING BTREE
+) ENGINE=MEMORY COMMENT='baton mysql store: counters and incarnation'
+-- ;;
+-- Leases longer than the grace period, kept durably so that a new
+-- incarnation brings them back.
+CREATE TABLE IF NOT EXISTS {LONG} (
+	name    VARBINARY(255) NOT NULL,
+	owner   VARBINARY(128) NOT NULL,
+	mode    TINYINT NOT NULL,
+	lim     INT NOT NULL,
+	token   BIGINT UNSIGNED NOT NULL,
+	host    BLOB NOT NULL,
+	meta    BLOB NULL,
+	ttl_ns  BIGINT NOT NULL,
+	created DATETIME(6) NOT NULL,
+	renewed DATETIME(6) NOT NULL,
+	expires DATETIME(6) NOT NULL,
+	PRIMARY KEY (name, owner)
+) ENGINE=InnoDB COMMENT='baton mysql store: long leases'
+-- ;;
+-- Metadata too long for a MEMORY row of {HOLDS}, keyed by the entry's
+-- token (or ticket).
+CREATE TABLE IF NOT EXISTS {META} (
+	name  VARBINARY(255) NOT NULL,
+	owner VARBINARY(128) NOT NULL,
+	token BIGINT UNSIGNED NOT NULL,
+	meta  BLOB NOT NULL,
+	PRIMARY KEY (name, owner)
+) ENGINE=InnoDB COMMENT='baton mysql store: long metadata'
 -- ;;
 DROP PROCEDURE IF EXISTS {ACQUIRE}
 -- ;;
 CREATE PROCEDURE {ACQUIRE}(
 	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
-	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB)
+	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT)
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
 -- acquire applies the grant rules of package lockstate to one request and
 -- returns one row: status (0 granted, 1 extended, 2 not granted, 3 the
 -- owner holds the name in another mode or with another limit, 4 a shared
--- request whose limit is not the shared holders'), token,
+-- request whose limit is not the shared holders', 5 p_ttl is longer than
+-- the grace period: RAISE it first, 6 the name's counter is full: RAISE
+-- the epoch, given as token, first), token,
 -- created, renewed, expires (microseconds), after (nanoseconds until the
 -- first holder expires, when not granted) and, when not granted, the
 -- blocker: the owner, queued flag and token (or ticket) of the entry whose
@@ -51,12 +106,37 @@ proc: BEGIN
 	DECLARE v_after, v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_bowner VARBINARY(128) DEFAULT NULL;
 	DECLARE v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_b VARBINARY(160) DEFAULT NULL;
+	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
+	DECLARE v_grace DATETIME(6) DEFAULT NULL;
+	DECLARE v_max_ttl BIGINT DEFAULT NULL;
+	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_flags TINYINT DEFAULT 0;
+	DECLARE v_spill INT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
 		RESIGNAL;
 	END;
+
+	IF {FAST} THEN
+		-- The marker of the incarnation (see INCARNATE).
+		SELECT epoch, grace, max_ttl, server INTO v_epoch, v_grace, v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+			SET v_max_ttl = NULL;
+			SELECT epoch, grace, max_ttl INTO v_epoch, v_grace, v_max_ttl FROM {STATE} WHERE name = '';
+			IF v_max_ttl IS NULL THEN
+				SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: the incarnation marker is missing';
+			END IF;
+		END IF;
+		IF p_ttl > v_max_ttl AND NOT p_long THEN
+			SELECT 5, 0, 0, 0, 0, 0, NULL, 0, 0;
+			LEAVE proc;
+		END IF;
+		SET v_spill = LENGTH(p_meta) > {METAMAX};
+		SET v_flags = IF(p_long, 1, 0) | IF(v_spill, 2, 0);
+	END IF;
 
 	{LOCKWAIT}
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -78,6 +158,16 @@ proc: BEGIN
 			SELECT seq, ticket INTO v_seq, v_tick FROM {COUNTERS} WHERE name = p_name;
 		END IF;
 	END lock_name;
+	IF {FAST} AND v_locked = 0 THEN
+		-- The counters row only serializes; the counters are in {STATE}.
+		SET v_seq = NULL, v_tick = NULL;
+		SELECT seq, ticket INTO v_seq, v_tick FROM {STATE} WHERE name = p_name;
+		IF v_seq IS NULL THEN
+			SELECT seq INTO v_seq FROM {STATE} WHERE name = '';
+			INSERT INTO {STATE} (name, seq, ticket) VALUES (p_name, v_seq, 0);
+			SET v_tick = 0;
+		END IF;
+	END IF;
 	IF v_locked = 1 THEN
 		-- The name stayed locked for a second: a transaction of InTx holds
 		-- it. Not granted; wait for the holder it took its turn as, whose
@@ -129,9 +219,11 @@ proc: BEGIN
 			SET v_status = 3, v_created = NULL;
 		ELSE
 			SET v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
-			UPDATE {HOLDS} SET ttl_ns = p_ttl, renewed = v_now, expires = v_expires, host = p_host, meta = p_meta
+			UPDATE {HOLDS} SET ttl_ns = p_ttl, renewed = v_now, expires = v_expires, host = p_host,
+			       meta = IF(v_spill, NULL, p_meta), flags = v_flags
 			 WHERE name = p_name AND owner = p_owner;
 			SET v_status = 1, v_token = v_mtoken;
+			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
 		END IF;
 	ELSEIF p_mode = 2 AND v_conflict = 1 THEN
 		SET v_status = 4, v_created = NULL;
@@ -143,20 +235,34 @@ proc: BEGIN
 			SET v_ok = (v_excl = 0 AND v_excl_ahead = 0 AND (p_lim = 0 OR v_holders + v_ahead < p_lim));
 		END IF;
 
+		IF v_ok AND {FAST} AND v_now < v_grace THEN
+			-- A new incarnation's grace period: every hold the server
+			-- may have forgotten has not ended yet.
+			SET v_ok = 0, v_first = v_grace;
+		END IF;
+		IF v_ok AND {FAST} AND v_seq + 1 >= (v_epoch + 1) << 32 THEN
+			-- The counter would reach the next epoch's tokens, which a
+			-- new incarnation would hand out again.
+			ROLLBACK;
+			SET SESSION innodb_lock_wait_timeout = v_lwt;
+			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0;
+			LEAVE proc;
+		END IF;
 		IF v_ok THEN
 			SET v_token = v_seq + 1, v_created = v_now,
 			    v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
-			UPDATE {COUNTERS} SET seq = v_token WHERE name = p_name;
+			UPDATE {SEQS} SET seq = v_token WHERE name = p_name;
 			IF v_me = 1 THEN -- leaves the queue
 				UPDATE {HOLDS}
-				   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = p_meta,
-				       ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = v_expires
+				   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = IF(v_spill, NULL, p_meta),
+				       ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = v_expires, flags = v_flags
 				 WHERE name = p_name AND owner = p_owner;
 			ELSE
-				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
-				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, p_meta, p_ttl, v_now, v_now, v_expires);
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
+				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now, v_expires, v_flags);
 			END IF;
 			SET v_status = 0;
+			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
 		ELSE
 			SET v_status = 2, v_token = 0;
 			IF v_first IS NOT NULL THEN
@@ -191,10 +297,11 @@ proc: BEGIN
 						 WHERE name = p_name AND owner = p_owner;
 					END IF;
 				ELSE
-					UPDATE {COUNTERS} SET ticket = v_tick + 1 WHERE name = p_name;
-					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
-					VALUES (p_name, p_owner, 1, p_mode, p_lim, v_tick + 1, p_host, p_meta, p_qttl, v_now, v_now,
-					        v_now + INTERVAL ((p_qttl + 999) DIV 1000) MICROSECOND);
+					UPDATE {SEQS} SET ticket = v_tick + 1 WHERE name = p_name;
+					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
+					VALUES (p_name, p_owner, 1, p_mode, p_lim, v_tick + 1, p_host, IF(v_spill, NULL, p_meta), p_qttl, v_now, v_now,
+					        v_now + INTERVAL ((p_qttl + 999) DIV 1000) MICROSECOND, v_flags & 2);
+					IF v_flags & 2 THEN CALL {KEEP}(p_name, p_owner, v_flags & 2, v_tick + 1, p_meta); END IF;
 				END IF;
 			END IF;
 		END IF;
@@ -214,7 +321,7 @@ COMMENT '{VERSION}'
 -- TTL in nanoseconds] and returns "i,token,created,renewed,expires;" for
 -- each hold renewed (i counts from 1). Holds that are not live are skipped
 -- without locking their name.
-BEGIN
+proc: BEGIN
 	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
@@ -223,6 +330,9 @@ BEGIN
 	DECLARE v_now, v_created, v_expires DATETIME(6);
 	DECLARE v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_f TINYINT DEFAULT 0;
+	DECLARE v_max_ttl BIGINT DEFAULT NULL;
+	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
 	DECLARE cur CURSOR FOR
 		SELECT j.i, UNHEX(j.n), UNHEX(j.o), j.t
 		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
@@ -241,6 +351,15 @@ BEGIN
 		RESIGNAL;
 	END;
 
+	IF {FAST} THEN
+		-- A new incarnation brings back the long leases (see INCARNATE).
+		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+			SET v_max_ttl = NULL;
+			SELECT max_ttl INTO v_max_ttl FROM {STATE} WHERE name = '';
+		END IF;
+	END IF;
 	{LOCKWAIT}
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;
@@ -274,12 +393,19 @@ BEGIN
 		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
 		SET v_now = UTC_TIMESTAMP(6);
 		DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-		SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created) INTO v_n, v_token, v_created
+		SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
 		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
+		IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
+			SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
+		END IF;
 		IF v_n = 1 THEN
 			SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
 			UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
 			 WHERE name = v_name AND owner = v_owner;
+			IF v_f & 1 THEN
+				UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+				 WHERE name = v_name AND owner = v_owner;
+			END IF;
 			SET v_out = CONCAT(v_out, v_i, ',', v_token, ',', {US}v_created), ',', {US}v_now), ',',
 			                   {US}v_expires), ';');
 		END IF;
@@ -306,15 +432,17 @@ COMMENT '{VERSION}'
 -- next in line a round trip and a log flush sooner than releasing them
 -- after the CALL would, and a woken waiter's acquire then waits for this
 -- commit on the name's row lock, so it never finds the entry still there.
-BEGIN
+proc: BEGIN
 	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
-	DECLARE v_q TINYINT DEFAULT 0;
+	DECLARE v_q, v_f TINYINT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
 	DECLARE v_bell VARCHAR(64) CHARACTER SET ascii DEFAULT '';
 	DECLARE v_now DATETIME(6);
 	DECLARE v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_max_ttl BIGINT DEFAULT NULL;
+	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
 	DECLARE cur CURSOR FOR
 		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
 		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
@@ -331,12 +459,38 @@ BEGIN
 		RESIGNAL;
 	END;
 
+	SET v_single = JSON_LENGTH(p_keys) = 1;
+	IF {FAST} THEN
+		IF v_single THEN
+			-- A lease's own release of a plain hold takes one statement:
+			-- a statement on a MEMORY table is atomic, and a decision
+			-- about the name that read the hold just before could only
+			-- refuse a request, whose waiter the bell wakes.
+			SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
+			    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
+			    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
+			DELETE FROM {HOLDS}
+			 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6);
+			IF ROW_COUNT() = 1 THEN
+				IF v_bell <> '' THEN
+					DO RELEASE_LOCK(v_bell);
+				END IF;
+				SELECT '1,1;';
+				LEAVE proc;
+			END IF;
+		END IF;
+		-- A long lease's hold comes back with a new incarnation: start it
+		-- now, so that the release removes it.
+		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+		END IF;
+	END IF;
 	{LOCKWAIT}
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;
 	-- One key (a lease's own release) needs no cursor, which costs a
 	-- temporary table.
-	SET v_single = JSON_LENGTH(p_keys) = 1;
 	IF v_single THEN
 		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
 		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
@@ -363,10 +517,14 @@ BEGIN
 		END IF;
 		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
 		SET v_now = UTC_TIMESTAMP(6);
-		SELECT COUNT(*), COALESCE(MAX(queued), 1) INTO v_n, v_q
+		SELECT COUNT(*), COALESCE(MAX(queued), 1), COALESCE(MAX(flags), 0) INTO v_n, v_q, v_f
 		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND expires > v_now;
 		-- The entry, and the name's expired ones (lockstate drops them first).
 		DELETE FROM {HOLDS} WHERE name = v_name AND (owner = v_owner OR expires <= v_now);
+		IF v_f THEN
+			DELETE FROM {LONG} WHERE name = v_name AND owner = v_owner;
+			DELETE FROM {META} WHERE name = v_name AND owner = v_owner;
+		END IF;
 		IF v_n = 1 THEN
 			SET v_out = CONCAT(v_out, v_i, ',', 1 - v_q, ';');
 		END IF;
@@ -427,9 +585,9 @@ BEGIN
 			ROLLBACK;
 		ELSE
 			SET v_now = UTC_TIMESTAMP(6);
-			SELECT name, owner, mode, lim, token, host, meta, ttl_ns,
-			       {US}created), {US}renewed), {US}expires), {US}v_now)
-			  FROM {HOLDS} WHERE name = v_name AND expires <= v_now AND queued = 0;
+			SELECT h.name, h.owner, h.mode, h.lim, h.token, h.host, {METACOL}, h.ttl_ns,
+			       {US}h.created), {US}h.renewed), {US}h.expires), {US}v_now)
+			  FROM {HOLDS} h {METAJOIN} WHERE h.name = v_name AND h.expires <= v_now AND h.queued = 0;
 			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
 			COMMIT;
 		END IF;
@@ -454,7 +612,10 @@ BEGIN
 	DELETE FROM {HOLDS}
 	 WHERE name = p_name AND owner = p_owner AND queued = 0 AND token = p_token
 	   AND expires > UTC_TIMESTAMP(6);
-	SELECT ROW_COUNT();
+	SET v_x = ROW_COUNT();
+	DELETE FROM {LONG} WHERE name = p_name AND owner = p_owner;
+	DELETE FROM {META} WHERE name = p_name AND owner = p_owner;
+	SELECT v_x;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS {RECLAIM}
@@ -486,8 +647,8 @@ proc: BEGIN
 	DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone;
 	CREATE TEMPORARY TABLE {RECLAIM}_idle (
 		name   VARBINARY(255) NOT NULL PRIMARY KEY,
-		seq    BIGINT UNSIGNED NOT NULL,
-		ticket BIGINT UNSIGNED NOT NULL
+		seq    BIGINT UNSIGNED NULL,
+		ticket BIGINT UNSIGNED NULL
 	);
 	CREATE TEMPORARY TABLE {RECLAIM}_gone LIKE {RECLAIM}_idle;
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -502,25 +663,161 @@ proc: BEGIN
 		SELECT -1;
 		LEAVE proc;
 	END IF;
-	-- The idle names, read together with their holds.
+	-- The idle names, read together with their counters (NULL: a name
+	-- whose counters went with an earlier incarnation).
 	INSERT INTO {RECLAIM}_idle (name, seq, ticket)
-	SELECT c.name, c.seq, c.ticket FROM {COUNTERS} c
+	SELECT c.name, c.seq, c.ticket FROM {SEQS} c
 	 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
+	IF {FAST} THEN
+		INSERT IGNORE INTO {RECLAIM}_idle (name, seq, ticket)
+		SELECT c.name, NULL, NULL FROM {COUNTERS} c
+		 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {STATE} s WHERE s.name = c.name)
+		   AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
+	END IF;
 	-- Their rows, locked, if their counters are unchanged since: every hold
 	-- or queue entry comes with a new token or ticket, so such a name
 	-- gained none. A row another transaction has locked (a call deciding
 	-- about the name, a transaction of InLockedTx) is skipped, not waited
 	-- for.
 	INSERT INTO {RECLAIM}_gone (name, seq, ticket)
-	SELECT c.name, c.seq, c.ticket FROM {COUNTERS} c
-	  JOIN {RECLAIM}_idle i ON i.name = c.name AND i.seq = c.seq AND i.ticket = c.ticket
+	SELECT c.name, i.seq, i.ticket FROM {COUNTERS} c
+	  JOIN {RECLAIM}_idle i ON i.name = c.name
 	   FOR UPDATE SKIP LOCKED;
+	DELETE g FROM {RECLAIM}_gone g LEFT JOIN {SEQS} c ON c.name = g.name
+	 WHERE NOT (c.seq <=> g.seq AND c.ticket <=> g.ticket);
 	DELETE c FROM {COUNTERS} c JOIN {RECLAIM}_gone g ON g.name = c.name;
 	SET v_n = ROW_COUNT();
+	IF {FAST} THEN
+		DELETE c FROM {STATE} c JOIN {RECLAIM}_gone g ON g.name = c.name;
+		-- Long leases and long metadata whose entries are gone.
+		DELETE FROM {LONG} WHERE expires <= UTC_TIMESTAMP(6);
+		DELETE m FROM {META} m
+		 WHERE NOT EXISTS (SELECT 1 FROM {HOLDS} h
+		                    WHERE h.name = m.name AND h.owner = m.owner AND h.token = m.token AND h.flags & 2);
+	END IF;
 	SELECT COALESCE(MAX(seq), 0) INTO v_max FROM {RECLAIM}_gone;
-	UPDATE {COUNTERS} SET seq = GREATEST(seq, v_max), ticket = v_now WHERE name = '';
+	UPDATE {SEQS} SET seq = GREATEST(seq, v_max) WHERE name = '';
+	UPDATE {COUNTERS} SET ticket = v_now WHERE name = '';
 	COMMIT;
 	DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
 	SELECT v_n;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {KEEP}
+-- ;;
+CREATE PROCEDURE {KEEP}(IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_flags TINYINT,
+	IN p_token BIGINT UNSIGNED, IN p_meta BLOB)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- keep writes, in the caller's transaction, what a MEMORY row of {HOLDS}
+-- cannot keep: a lease longer than the grace period to {LONG} (flag 1), so
+-- that a new incarnation brings it back; metadata too long for the row to
+-- {META} (flag 2). Both are InnoDB: the commit is flushed.
+BEGIN
+	IF p_flags & 1 THEN
+		REPLACE INTO {LONG} (name, owner, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+		SELECT name, owner, mode, lim, token, host, p_meta, ttl_ns, created, renewed, expires
+		  FROM {HOLDS} WHERE name = p_name AND owner = p_owner;
+	END IF;
+	IF p_flags & 2 THEN
+		REPLACE INTO {META} (name, owner, token, meta) VALUES (p_name, p_owner, p_token, p_meta);
+	END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {INCARNATE}
+-- ;;
+CREATE PROCEDURE {INCARNATE}()
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- incarnate starts a new incarnation of the lock state, unless another
+-- session did since the caller found the marker missing. {HOLDS} and
+-- {STATE} are MEMORY tables: a restart of the server, clean or not,
+-- empties them, and a replica promoted to primary may have rows its old
+-- primary wrote. Either way they hold no grant of this incarnation, so
+-- they are emptied; then, durably, the epoch goes up by one (tokens are
+-- epoch << 32 | counter, so they stay above every token handed out
+-- before), the long leases of {LONG} come back, and the marker records the
+-- epoch, the server, and a grace period as long as the longest lease ever
+-- granted without a flush: every hold the server forgot ends before its
+-- name is granted again.
+proc: BEGIN
+	DECLARE v_got INT DEFAULT NULL;
+	DECLARE v_epoch INT UNSIGNED DEFAULT NULL;
+	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_max, v_heap BIGINT DEFAULT NULL;
+	DECLARE v_now DATETIME(6);
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_heap IS NOT NULL THEN SET SESSION max_heap_table_size = v_heap; END IF;
+		DO RELEASE_LOCK({INCLOCK});
+		RESIGNAL;
+	END;
+
+	SELECT GET_LOCK({INCLOCK}, 5) INTO v_got;
+	IF v_got IS NULL OR v_got <> 1 THEN
+		SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: another session started a new incarnation for more than 5 s';
+	END IF;
+	SELECT epoch, server INTO v_epoch, v_srv FROM {STATE} WHERE name = '';
+	IF v_epoch IS NOT NULL AND v_srv = {SERVERID} THEN
+		DO RELEASE_LOCK({INCLOCK});
+		LEAVE proc;
+	END IF;
+	-- TRUNCATE also gives the tables this session's size limit, which a
+	-- restart set back to the global max_heap_table_size.
+	SET v_heap = @@SESSION.max_heap_table_size;
+	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED);
+	TRUNCATE TABLE {HOLDS};
+	TRUNCATE TABLE {STATE};
+	SET SESSION max_heap_table_size = v_heap;
+	SET v_heap = NULL;
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	UPDATE {EPOCHS} SET epoch = epoch + 1 WHERE id = 1;
+	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1;
+	COMMIT;
+	SET v_now = UTC_TIMESTAMP(6);
+	INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
+	SELECT name, owner, 0, mode, lim, token, host, IF(LENGTH(meta) > {METAMAX}, NULL, meta), ttl_ns, created, renewed, expires,
+	       IF(LENGTH(meta) > {METAMAX}, 3, 1)
+	  FROM {LONG} WHERE expires > v_now;
+	INSERT INTO {STATE} (name, seq, ticket, epoch, server, grace, max_ttl)
+	VALUES ('', v_epoch << 32, 0, v_epoch, {SERVERID}, v_now + INTERVAL ((v_max + 999) DIV 1000) MICROSECOND, v_max);
+	DO RELEASE_LOCK({INCLOCK});
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {RAISE}
+-- ;;
+CREATE PROCEDURE {RAISE}(IN p_ttl BIGINT, IN p_epoch BIGINT)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- raise records durably, before a lease longer than every lease granted
+-- without a flush is granted, that a grace period must last p_ttl; and
+-- starts a new epoch, durably, if the epoch is still p_epoch (a name's
+-- counter is full: its next token would be in the next epoch's range, and
+-- a crash would hand it out again). The marker follows once that is
+-- committed. It returns the marker's max_ttl.
+BEGIN
+	DECLARE v_epoch INT UNSIGNED;
+	DECLARE v_max BIGINT;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		RESIGNAL;
+	END;
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1 FOR UPDATE;
+	IF p_ttl > v_max THEN
+		SET v_max = p_ttl;
+	END IF;
+	IF p_epoch >= 0 AND v_epoch <= p_epoch THEN
+		SET v_epoch = p_epoch + 1;
+	END IF;
+	UPDATE {EPOCHS} SET epoch = v_epoch, max_ttl = v_max WHERE id = 1;
+	COMMIT;
+	UPDATE {STATE}
+	   SET max_ttl = GREATEST(max_ttl, v_max), epoch = GREATEST(epoch, v_epoch), seq = GREATEST(seq, v_epoch << 32)
+	 WHERE name = '';
+	SELECT v_max;
 END

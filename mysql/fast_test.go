@@ -1,0 +1,134 @@
+package mysql_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/drivertest"
+	"github.com/baton-go/baton/mysql"
+)
+
+// TestConformanceDurable runs the conformance suite on a durable table.
+func TestConformanceDurable(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		tb := table + "_d"
+		dropMu.Lock()
+		dropTables = append(dropTables, tb)
+		dropMu.Unlock()
+		drivertest.Run(t, drivertest.Config{
+			Open: func(t testing.TB) driver.Store {
+				s, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), &mysql.Options{Table: tb, Durable: true})
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			},
+		})
+	})
+}
+
+// TestModes: a table keeps the mode it was created with, and a table made
+// by schema 1 (durable, without the flags column) is upgraded in place.
+func TestModes(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		db := rawDB(t)
+		engine := func(tb string) string {
+			var e string
+			if err := db.QueryRowContext(ctx, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+				tb+"_holds").Scan(&e); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		fast := freshTable(t)
+		open(t, fast).Close()
+		if e := engine(fast); e != "MEMORY" {
+			t.Errorf("a new table's holds are in %s, want MEMORY", e)
+		}
+		if s, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: fast, Durable: true}); err == nil || !strings.Contains(err.Error(), "Durable") {
+			if err == nil {
+				s.Close()
+			}
+			t.Errorf("Open with Durable of a fast table: %v", err)
+		}
+
+		durable := freshTable(t)
+		s, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: durable, Durable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		// As schema 1 left it.
+		for _, q := range []string{"ALTER TABLE " + durable + "_holds DROP COLUMN flags", "DROP PROCEDURE " + durable + "_acquire"} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = open(t, durable) // without Durable: the table's mode stands
+		if e := engine(durable); e != "InnoDB" {
+			t.Errorf("a durable table's holds went to %s", e)
+		}
+		g, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute, Meta: map[string]string{"k": "v"}})
+		if err != nil || g.Token != 1 {
+			t.Fatalf("Acquire on the upgraded table = %+v, %v", g, err)
+		}
+	})
+}
+
+// TestLongMetaAndHost: metadata too long for a MEMORY row is kept in
+// T_meta, and listed as it was given; a long host is cut.
+func TestLongMetaAndHost(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		db := rawDB(t)
+		metaRows := func() int {
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+"_meta").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		long := map[string]string{"k": strings.Repeat("é", 200)}
+		host := strings.Repeat("h", 250) + "ééé"
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "a", Mode: driver.Exclusive, TTL: time.Minute, Meta: long, Host: host}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "b", Mode: driver.Exclusive, TTL: time.Minute, Queue: true, QueueTTL: time.Minute, Meta: long}); err == nil {
+			t.Fatal("b granted while a holds")
+		}
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "m", Owner: "c", Mode: driver.Exclusive, TTL: time.Minute, Meta: map[string]string{"k": "short"}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := metaRows(); n != 2 {
+			t.Errorf("%d rows in %s_meta, want 2 (a's hold, b's queue entry)", n, tb)
+		}
+		hs, err := s.List(ctx, &driver.Filter{})
+		if err != nil || len(hs) != 3 {
+			t.Fatalf("List = %+v, %v", hs, err)
+		}
+		for _, h := range hs {
+			want := long
+			if h.Owner == "c" {
+				want = map[string]string{"k": "short"}
+			}
+			if h.Meta["k"] != want["k"] {
+				t.Errorf("%s's metadata is %q, want %q", h.Owner, h.Meta["k"], want["k"])
+			}
+			if h.Owner == "a" && h.Host != host[:254] {
+				t.Errorf("a's host is %q (%d bytes), want the first 254 bytes", h.Host, len(h.Host))
+			}
+		}
+		if _, err := s.Release(ctx, []driver.Key{{Name: "n", Owner: "a"}, {Name: "n", Owner: "b"}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := metaRows(); n != 0 {
+			t.Errorf("%d rows in %s_meta after the release, want 0", n, tb)
+		}
+	})
+}
