@@ -92,7 +92,9 @@ func pgURL(addr, _ string, _ time.Duration) string {
 	return "postgres://postgres@" + addr + "/baton_test?sslmode=disable&connect_timeout=2&baton_reclaim=2s"
 }
 func mysqlURL(addr, _ string, _ time.Duration) string {
-	return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s&baton_reclaim=2s"
+	// A table of its own: a table keeps the mode it was made with, and a
+	// harness directory may have the durable one of an earlier version.
+	return "mysql://baton:baton@" + addr + "/baton_test?timeout=2s&baton_reclaim=2s&baton_table=baton_fast"
 }
 func redisURL(addr, _ string, _ time.Duration) string {
 	return "redis://" + addr + "/0?dial_timeout=2s"

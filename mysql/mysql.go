@@ -479,7 +479,7 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
-	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep("CALL " + s.obj.release + "(?)")
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
@@ -734,9 +734,10 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 	}
 	// The bell goes up before the entry can exist, so that whoever sees
-	// the entry finds its bell held.
+	// the entry finds its bell held: the procedure takes it, on the bell
+	// connection, or else it is taken before the call.
 	bell := s.bellName(req.Name, req.Owner)
-	took := s.bells.take(ctx, bell)
+	took := false
 	var (
 		status                    int8
 		token                     uint64
@@ -762,9 +763,20 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	err := retry(ctx, func() error {
 		for range 3 {
 			bOwner = nil
-			err := s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
-				ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long).
-				Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
+			var held int8
+			call := func(st *sql.Stmt, bell string) (bool, error) {
+				err := st.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
+					ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long, bell).
+					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &held)
+				return held == 1, err
+			}
+			ok, err := s.bells.acquireCall(cctx, bell, "CALL "+s.obj.acquire+"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", call)
+			if !ok {
+				if !took {
+					took = s.bells.take(ctx, bell)
+				}
+				_, err = call(s.st.acquire, "")
+			}
 			switch {
 			case err != nil:
 				return err

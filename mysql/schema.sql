@@ -80,7 +80,8 @@ DROP PROCEDURE IF EXISTS {ACQUIRE}
 -- ;;
 CREATE PROCEDURE {ACQUIRE}(
 	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
-	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT)
+	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT,
+	IN p_bell VARCHAR(64) CHARACTER SET ascii)
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
 -- acquire applies the grant rules of package lockstate to one request and
@@ -90,9 +91,12 @@ COMMENT '{VERSION}'
 -- the grace period: RAISE it first, 6 the name's counter is full: RAISE
 -- the epoch, given as token, first), token,
 -- created, renewed, expires (microseconds), after (nanoseconds until the
--- first holder expires, when not granted) and, when not granted, the
+-- first holder expires, when not granted), when not granted the
 -- blocker: the owner, queued flag and token (or ticket) of the entry whose
--- departure the request should wait for.
+-- departure the request should wait for, and whether the session holds
+-- the bell p_bell ('' for none: see the package's bells) after the call.
+-- The bell goes up before the entry can exist and is released again if
+-- the call leaves no entry.
 --
 -- Every statement that touches a table costs a table open in a stored
 -- procedure, so the name's whole state is read by one aggregate over its
@@ -111,33 +115,27 @@ proc: BEGIN
 	DECLARE v_max_ttl BIGINT DEFAULT NULL;
 	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
 	DECLARE v_flags TINYINT DEFAULT 0;
-	DECLARE v_spill INT DEFAULT 0;
+	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
+	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
+	DECLARE v_rang INT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
 		RESIGNAL;
 	END;
 
+	IF p_bell <> '' THEN
+		SELECT COALESCE(GET_LOCK(p_bell, 0), 0) INTO v_rang;
+	END IF;
+
 	IF {FAST} THEN
-		-- The marker of the incarnation (see INCARNATE).
-		SELECT epoch, grace, max_ttl, server INTO v_epoch, v_grace, v_max_ttl, v_srv FROM {STATE} WHERE name = '';
-		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
-			CALL {INCARNATE}();
-			SET v_max_ttl = NULL;
-			SELECT epoch, grace, max_ttl INTO v_epoch, v_grace, v_max_ttl FROM {STATE} WHERE name = '';
-			IF v_max_ttl IS NULL THEN
-				SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: the incarnation marker is missing';
-			END IF;
-		END IF;
-		IF p_ttl > v_max_ttl AND NOT p_long THEN
-			SELECT 5, 0, 0, 0, 0, 0, NULL, 0, 0;
-			LEAVE proc;
-		END IF;
 		SET v_spill = LENGTH(p_meta) > {METAMAX};
 		SET v_flags = IF(p_long, 1, 0) | IF(v_spill, 2, 0);
 	END IF;
 
+	attempt: LOOP
 	{LOCKWAIT}
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;
@@ -159,15 +157,38 @@ proc: BEGIN
 		END IF;
 	END lock_name;
 	IF {FAST} AND v_locked = 0 THEN
-		-- The counters row only serializes; the counters are in {STATE}.
-		SET v_seq = NULL, v_tick = NULL;
-		SELECT seq, ticket INTO v_seq, v_tick FROM {STATE} WHERE name = p_name;
+		-- The counters row only serializes; the counters are in {STATE},
+		-- read with the marker of the incarnation (see INCARNATE) and
+		-- the floor.
+		SELECT MAX(IF(name = '', epoch, NULL)), MAX(IF(name = '', grace, NULL)), MAX(IF(name = '', max_ttl, NULL)),
+		       MAX(IF(name = '', server, NULL)), MAX(IF(name = '', seq, NULL)),
+		       MAX(IF(name = '', NULL, seq)), MAX(IF(name = '', NULL, ticket))
+		  INTO v_epoch, v_grace, v_max_ttl, v_srv, v_floor, v_seq, v_tick
+		  FROM {STATE} WHERE name IN ('', p_name);
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			ROLLBACK;
+			SET SESSION innodb_lock_wait_timeout = v_lwt;
+			IF v_tries > 0 THEN
+				SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: the incarnation marker is missing';
+			END IF;
+			SET v_tries = 1;
+			CALL {INCARNATE}();
+			ITERATE attempt;
+		END IF;
+		IF p_ttl > v_max_ttl AND NOT p_long THEN
+			ROLLBACK;
+			SET SESSION innodb_lock_wait_timeout = v_lwt;
+			IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
+			SELECT 5, 0, 0, 0, 0, 0, NULL, 0, 0, 0;
+			LEAVE proc;
+		END IF;
 		IF v_seq IS NULL THEN
-			SELECT seq INTO v_seq FROM {STATE} WHERE name = '';
+			SET v_seq = v_floor, v_tick = 0;
 			INSERT INTO {STATE} (name, seq, ticket) VALUES (p_name, v_seq, 0);
-			SET v_tick = 0;
 		END IF;
 	END IF;
+	LEAVE attempt;
+	END LOOP attempt;
 	IF v_locked = 1 THEN
 		-- The name stayed locked for a second: a transaction of InTx holds
 		-- it. Not granted; wait for the holder it took its turn as, whose
@@ -177,11 +198,24 @@ proc: BEGIN
 		SET v_now = UTC_TIMESTAMP(6);
 		SELECT owner, queued, token, expires INTO v_bowner, v_bqueued, v_btoken, v_first FROM {HOLDS}
 		 WHERE name = p_name AND queued = 0 ORDER BY token LIMIT 1;
+		IF v_rang = 1 AND NOT p_queue THEN
+			DO RELEASE_LOCK(p_bell);
+			SET v_rang = 0;
+		END IF;
 		SELECT 2, 0, 0, {US}v_now), 0, GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_first), 0), 0) * 1000,
-		       v_bowner, v_bqueued, COALESCE(v_btoken, 0);
+		       v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
 		LEAVE proc;
 	END IF;
 	SET v_now = UTC_TIMESTAMP(6);
+	IF {FAST} THEN
+		-- A name without entries, the commonest case, needs no aggregate.
+		SELECT COUNT(*) INTO v_count FROM {HOLDS} WHERE name = p_name;
+	ELSE
+		SET v_count = 1;
+	END IF;
+	IF v_count = 0 THEN
+		SET v_me = -1;
+	ELSE
 
 	-- The name's state with expired entries left out (lockstate drops them
 	-- first), the request's own live entry (v_me: -1 none, 0 a hold, 1 a
@@ -212,6 +246,7 @@ proc: BEGIN
 	 WHERE h.name = p_name;
 	IF v_gone > 0 THEN
 		DELETE FROM {HOLDS} WHERE name = p_name AND expires <= v_now;
+	END IF;
 	END IF;
 
 	IF v_me = 0 THEN
@@ -245,7 +280,8 @@ proc: BEGIN
 			-- new incarnation would hand out again.
 			ROLLBACK;
 			SET SESSION innodb_lock_wait_timeout = v_lwt;
-			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0;
+			IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
+			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0, 0;
 			LEAVE proc;
 		END IF;
 		IF v_ok THEN
@@ -308,8 +344,12 @@ proc: BEGIN
 	END IF;
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	IF v_rang = 1 AND v_status > 1 AND NOT (v_status = 2 AND p_queue) THEN
+		DO RELEASE_LOCK(p_bell);
+		SET v_rang = 0;
+	END IF;
 	SELECT v_status, COALESCE(v_token, 0), COALESCE({US}v_created), 0), {US}v_now), COALESCE({US}v_expires), 0),
-	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0);
+	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS {RENEW}
