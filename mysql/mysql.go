@@ -25,6 +25,8 @@
 //	baton_table=NAME    Options.Table
 //	baton_nocreate=1    Options.NoCreate
 //	baton_reclaim=D     Options.Reclaim (10m; -1s: never)
+//	baton_durable=1     Options.Durable
+//	baton_maxgrace=D    Options.MaxGrace (60s)
 //
 // TLS is go-sql-driver's: tls=true verifies the server's certificate
 // against the system roots, tls=skip-verify encrypts without verifying,
@@ -35,17 +37,20 @@
 // # Schema
 //
 // With Options.Table T (baton_locks by default), the store uses, in the
-// connection's database, the InnoDB tables T (the counters of the lock
-// names in use; idle names' rows are reclaimed every Options.Reclaim) and
-// T_holds (holds and queue entries), and the stored procedures T_acquire,
-// T_renew, T_release, T_purge, T_bind and T_reclaim. Names and owners are VARBINARY, compared byte for byte. [DDL]
+// connection's database, the tables T (one row per lock name in use, which
+// serializes the decisions about the name; idle names' rows are reclaimed
+// every Options.Reclaim), T_holds (holds and queue entries), T_state,
+// T_epochs, T_long and T_meta, and the stored procedures T_acquire,
+// T_renew, T_release, T_purge, T_bind, T_reclaim, T_keep, T_incarnate and
+// T_raise. Names and owners are VARBINARY, compared byte for byte. [DDL]
 // returns the script. Unless Options.NoCreate is set, the store runs it on
 // first use when the objects are missing or were made by another version
-// of this package: the user then needs the CREATE, DROP, CREATE ROUTINE
-// and ALTER ROUTINE privileges on the database. With NoCreate, run the
-// script yourself; the store's user then needs SELECT, INSERT, UPDATE and
-// DELETE on the tables, EXECUTE on the procedures and CREATE TEMPORARY
-// TABLES on the database (for reclaim).
+// of this package: the user then needs the CREATE, DROP, ALTER, CREATE
+// ROUTINE and ALTER ROUTINE privileges on the database. With NoCreate, run
+// the script yourself; the store's user then needs SELECT, INSERT, UPDATE
+// and DELETE on the tables, DROP on T_holds and T_state (a new incarnation
+// empties them with TRUNCATE), EXECUTE on the procedures and CREATE
+// TEMPORARY TABLES on the database (for reclaim).
 //
 // # Guarantees and limits
 //
@@ -60,10 +65,30 @@
 // clocks may disagree. Stepping the server's clock shortens or lengthens
 // every hold alive at that moment. Why: docs/stores/mysql.md#clock.
 //
-// Durability is the server's: keep innodb_flush_log_at_trx_commit=1 (the
-// default), and sync_binlog=1 if the server writes a binary log, so that a
-// fencing token once handed out is never handed out again after a crash.
-// Each acquire and release then costs a log flush. See
+// Durability: a table is fast (the default) or durable (Options.Durable),
+// chosen when it is created and kept for its life.
+//
+// A fast table keeps holds, queue entries and counters in MEMORY tables:
+// no grant, renewal or release waits for a log flush. A restart of the
+// server, clean or not, empties them, and so does a failover to a
+// replica; the store then starts a new incarnation: tokens carry an epoch,
+// raised durably once per incarnation, so they keep growing; every lease
+// the server forgot is reported lost by its next renewal; and nothing is
+// granted for a grace period as long as the longest lease granted without
+// a flush, at most Options.MaxGrace. Leases longer than MaxGrace are also
+// written to InnoDB, with a flush, and survive the restart. A fast table
+// needs about 1.2 KB of the server's memory per hold or queue entry (up to
+// 512 MB); a host is cut to 255 bytes, and metadata longer than 255 bytes
+// is kept in InnoDB (a flush per grant). On MySQL with
+// enforce_gtid_consistency, which refuses a MEMORY table's writes in a
+// transaction, new tables are durable.
+//
+// A durable table keeps everything in InnoDB. With
+// innodb_flush_log_at_trx_commit=1 (the default) each grant and release
+// waits for a log flush, and a restart loses nothing.
+//
+// If the server writes a binary log, the writes of either kind go to it
+// too (with sync_binlog=1, a flush per call). See
 // docs/stores/mysql.md#durability.
 //
 // Waking waiters: the store rings doorbells made of user-level locks
@@ -446,6 +471,7 @@ func (s *Store) setup(ctx context.Context) error {
 	if err := checkVersion(serverVersion, srv.mariadb); err != nil {
 		return err
 	}
+	s.srv = srv
 	durable, err := s.mode(ctx, s.db)
 	if err != nil {
 		return err
@@ -512,6 +538,14 @@ func (s *Store) mode(ctx context.Context, q queryRower) (durable bool, err error
 		return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
 	}
 	switch {
+	case !engine.Valid && !s.opts.Durable && !s.srv.mariadb:
+		// MySQL with GTID consistency enforced refuses a MEMORY table's
+		// writes in a transaction, which a fast table makes.
+		var gtid string
+		if err := q.QueryRowContext(ctx, "SELECT @@GLOBAL.enforce_gtid_consistency").Scan(&gtid); err != nil {
+			return false, fmt.Errorf("mysql: looking up the lock table: %w", err)
+		}
+		return gtid != "OFF" && gtid != "0", nil
 	case !engine.Valid:
 		return s.opts.Durable, nil
 	case strings.EqualFold(engine.String, "MEMORY"):

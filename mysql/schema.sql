@@ -785,12 +785,12 @@ proc: BEGIN
 	DECLARE v_got INT DEFAULT NULL;
 	DECLARE v_epoch INT UNSIGNED DEFAULT NULL;
 	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
-	DECLARE v_max, v_heap BIGINT DEFAULT NULL;
+	DECLARE v_max, v_heap, v_mdl BIGINT DEFAULT NULL;
 	DECLARE v_now DATETIME(6);
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
-		IF v_heap IS NOT NULL THEN SET SESSION max_heap_table_size = v_heap; END IF;
+		IF v_heap IS NOT NULL THEN SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl; END IF;
 		DO RELEASE_LOCK({INCLOCK});
 		RESIGNAL;
 	END;
@@ -805,12 +805,13 @@ proc: BEGIN
 		LEAVE proc;
 	END IF;
 	-- TRUNCATE also gives the tables this session's size limit, which a
-	-- restart set back to the global max_heap_table_size.
-	SET v_heap = @@SESSION.max_heap_table_size;
-	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED);
+	-- restart set back to the global max_heap_table_size. It waits for
+	-- transactions that used the tables to end: a few seconds at most.
+	SET v_heap = @@SESSION.max_heap_table_size, v_mdl = @@SESSION.lock_wait_timeout;
+	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED), SESSION lock_wait_timeout = 5;
 	TRUNCATE TABLE {HOLDS};
 	TRUNCATE TABLE {STATE};
-	SET SESSION max_heap_table_size = v_heap;
+	SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl;
 	SET v_heap = NULL;
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;

@@ -32,9 +32,11 @@ var ErrTxLockLost = errors.New("mysql: the lock expired before the transaction c
 // from then on the row lock keeps every other grant out until commit or
 // rollback. While fn runs, an acquire of name by another (TryLock
 // included) waits in the database for at most a second, then answers "not
-// granted", naming the transaction's hold as the entry to wait for. The token was committed,
-// durably, before fn runs, so it is never handed out again, even if the
-// transaction rolls back.
+// granted", naming the transaction's hold as the entry to wait for (on a
+// durable table; a fast table's hold is gone, and the acquire asks again).
+// The token is never handed out again, even if the transaction rolls
+// back: on a durable table it was committed before fn runs, and on a fast
+// one a restart of the server moves tokens to a new epoch.
 //
 // Status shows the transaction as a holder of name whose owner starts with
 // "tx-" until it ends.
