@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,82 +9,21 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/drivertest"
 	"github.com/baton-go/baton/postgres"
 )
 
 // TestCrash crashes the server (an immediate stop: no checkpoint, no WAL
-// flush) right after grants that did not wait for the disk. Whatever the
-// crash forgot: a holder whose grant was forgotten is told its lease is
-// lost before anyone else is granted the name; nobody is granted anything
-// before the grace period (the longest TTL, 2s here) has run from the
-// restart; and every token after the crash is above every token before.
+// flush) right after grants that did not wait for the disk; see
+// drivertest.Crash for what must hold.
 func TestCrash(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 90*time.Second)
 		tb := freshTable(t)
-		a := client(t, open(t, tb), nil)
-		ttl := 2 * time.Second
-		o := &baton.LockOptions{TTL: ttl}
-
-		// Tokens handed out on one name, up to the crash.
-		var last uint64
-		for range 30 {
-			l, err := a.Lock(ctx, "crash/burst", o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = l.Token()
-			l.Release(ctx)
-		}
-		la, err := a.Lock(ctx, "crash/held", o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers(t, "crash")
-		// The grace period starts with the first call the new incarnation
-		// serves: a's keepalive may make it before "up" returns.
-		crashed := time.Now()
-		servers(t, "up")
-		restarted := time.Now()
-
-		b := client(t, open(t, tb), nil)
-		bctx, bcancel := context.WithTimeout(ctx, 15*time.Second)
-		lb, err := b.Lock(bctx, "crash/held", o)
-		bcancel()
-		if err != nil && la.Err() == nil {
-			// a's grant was flushed before the crash (a loaded machine
-			// is slow to crash the server): the new incarnation remembers
-			// it, so a keeps renewing it, as it should, and b waits.
-			t.Logf("a's grant outlived the crash; b waits until a releases")
-			la.Release(ctx)
-			lb, err = b.Lock(ctx, "crash/held", o)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		granted := time.Now()
-		t.Logf("b granted %v after the restart; a's lease: %v", granted.Sub(restarted), la.Err())
-		select {
-		case <-la.Done():
-		default:
-			t.Fatalf("b was granted while a still held: a's Err %v", la.Err())
-		}
-		if d := granted.Sub(crashed); d < ttl {
-			t.Errorf("b was granted %v after the crash, within the grace period (%v)", d, ttl)
-		}
-		if lb.Token() <= la.Token() {
-			t.Errorf("b's token %#x is not above a's %#x", lb.Token(), la.Token())
-		}
-		lb.Release(ctx)
-		l, err := b.Lock(ctx, "crash/burst", o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Token() <= last {
-			t.Errorf("token %#x after the crash is not above the last one before it, %#x", l.Token(), last)
-		}
-		l.Release(ctx)
+		drivertest.Crash(t, drivertest.CrashConfig{
+			Env:  serversEnv,
+			Open: func(t testing.TB) driver.Store { return open(t, tb) },
+		})
 	})
 }
 

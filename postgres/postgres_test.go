@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -663,15 +662,7 @@ func restartServer(t *testing.T) time.Duration {
 // servers runs scripts/servers with args and the name of t's server.
 func servers(t *testing.T, args ...string) {
 	t.Helper()
-	script := os.Getenv("BATON_SERVERS")
-	if script == "" {
-		script = "../scripts/servers"
-	}
-	srv := drivertest.ServerOf(t, serversEnv).Name
-	out, err := exec.Command(script, append(args, srv)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s %s: %v\n%s", script, strings.Join(args, " "), srv, err, out)
-	}
+	drivertest.ServerCommand(t, serversEnv, args...)
 }
 
 // TestRestart restarts the server during holds: a lease whose TTL is
