@@ -115,7 +115,7 @@ func (o objects) statements(durable bool) []string {
 		"{HEAPSIZE}", strconv.Itoa(heapSize),
 		// The server an incarnation is on: a replica has another
 		// server_id than its primary.
-		"{SERVERID}", "CONCAT(@@server_id, '/', @@hostname, ':', @@port)",
+		"{SERVERID}", "UNHEX(SHA1(CONCAT(@@server_id, '/', @@hostname, ':', @@port)))",
 		// GET_LOCK names are server-wide and at most 64 characters.
 		"{INCLOCK}", "CONCAT('baton-inc:', LEFT(SHA2(CONCAT(DATABASE(), '.', '"+o.counters+"'), 256), 48))",
 		"{ACQUIRE}", o.acquire,

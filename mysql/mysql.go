@@ -68,18 +68,20 @@
 // Durability: a table is fast (the default) or durable (Options.Durable),
 // chosen when it is created and kept for its life.
 //
-// A fast table keeps holds, queue entries and counters in MEMORY tables:
-// no grant, renewal or release waits for a log flush. A restart of the
-// server, clean or not, empties them, and so does a failover to a
-// replica; the store then starts a new incarnation: tokens carry an epoch,
-// raised durably once per incarnation, so they keep growing; every lease
-// the server forgot is reported lost by its next renewal; and nothing is
-// granted for a grace period as long as the longest lease granted without
-// a flush, at most Options.MaxGrace. Leases longer than MaxGrace are also
-// written to InnoDB, with a flush, and survive the restart. A fast table
-// needs about 1.2 KB of the server's memory per hold or queue entry (up to
-// 512 MB); a host is cut to 255 bytes, and metadata longer than 255 bytes
-// is kept in InnoDB (a flush per grant). On MySQL with
+// A fast table keeps holds, queue entries and counters in MEMORY tables,
+// so that grants, renewals and releases wait for no log flush; the
+// exceptions are the first grant on a name (its row in T is inserted; idle
+// names' rows go after Reclaim), leases longer than Options.MaxGrace and
+// metadata longer than 255 bytes, which are also written to InnoDB. A
+// restart of the server, clean or not, empties the MEMORY tables, and so
+// does a failover to a replica; the store then starts a new incarnation:
+// tokens carry an epoch, raised durably once per incarnation, so they keep
+// growing; every lease the server forgot is reported lost by its next
+// renewal; nothing is granted for a grace period as long as the longest
+// lease granted without a flush (at most MaxGrace); leases longer than
+// MaxGrace come back. A fast table needs about 1.4 KB of the server's
+// memory per hold or queue entry and 0.5 KB per name in use (at most
+// 512 MB per table), and cuts a host to 255 bytes. On MySQL with
 // enforce_gtid_consistency, which refuses a MEMORY table's writes in a
 // transaction, new tables are durable.
 //

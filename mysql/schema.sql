@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS {STATE} (
 	seq     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last fencing token handed out',
 	ticket  BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last queue ticket handed out',
 	epoch   INT UNSIGNED NULL,
-	server  VARBINARY(160) NULL,
+	server  BINARY(20) NULL COMMENT 'SHA-1 of the server id, host and port',
 	grace   DATETIME(6) NULL COMMENT 'UTC: nothing is granted before',
 	max_ttl BIGINT NULL,
 	PRIMARY KEY (name) USING BTREE
@@ -113,7 +113,7 @@ proc: BEGIN
 	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
 	DECLARE v_grace DATETIME(6) DEFAULT NULL;
 	DECLARE v_max_ttl BIGINT DEFAULT NULL;
-	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
 	DECLARE v_flags TINYINT DEFAULT 0;
 	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
@@ -371,8 +371,8 @@ proc: BEGIN
 	DECLARE v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
 	DECLARE v_f TINYINT DEFAULT 0;
-	DECLARE v_max_ttl BIGINT DEFAULT NULL;
-	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
 	DECLARE cur CURSOR FOR
 		SELECT j.i, UNHEX(j.n), UNHEX(j.o), j.t
 		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
@@ -481,8 +481,8 @@ proc: BEGIN
 	DECLARE v_now DATETIME(6);
 	DECLARE v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
-	DECLARE v_max_ttl BIGINT DEFAULT NULL;
-	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
 	DECLARE cur CURSOR FOR
 		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
 		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
@@ -496,6 +496,7 @@ proc: BEGIN
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
 		RESIGNAL;
 	END;
 
@@ -518,6 +519,25 @@ proc: BEGIN
 				SELECT '1,1;';
 				LEAVE proc;
 			END IF;
+		ELSE
+			-- So are a batch's plain holds (a Close), in two statements
+			-- for them all; the loop below sees the other entries.
+			SET v_gcl = @@SESSION.group_concat_max_len;
+			SET SESSION group_concat_max_len = 1 << 30;
+			SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), '') INTO v_out
+			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
+			         i FOR ORDINALITY,
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+			  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
+			SET SESSION group_concat_max_len = v_gcl;
+			DELETE h FROM {HOLDS} h
+			  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND h.flags = 0;
 		END IF;
 		-- A long lease's hold comes back with a new incarnation: start it
 		-- now, so that the release removes it.
@@ -784,7 +804,7 @@ COMMENT '{VERSION}'
 proc: BEGIN
 	DECLARE v_got INT DEFAULT NULL;
 	DECLARE v_epoch INT UNSIGNED DEFAULT NULL;
-	DECLARE v_srv VARBINARY(160) DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
 	DECLARE v_max, v_heap, v_mdl BIGINT DEFAULT NULL;
 	DECLARE v_now DATETIME(6);
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
