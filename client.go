@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -680,7 +681,10 @@ func (c *Client) releaseAll(ls []*Lease) {
 			call(func(ctx context.Context) error { _, err := c.store.Renew(ctx, part); return err })
 		}
 	}
+	// In name order, so that each batch touches neighbouring records:
+	// on SQLite a batch of scattered names rewrites a page per name.
 	ls = rest
+	slices.SortFunc(ls, func(a, b *Lease) int { return strings.Compare(a.key.Name, b.key.Name) })
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeCalls)
 	for part := range slices.Chunk(ls, maxBatch) {
