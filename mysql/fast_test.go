@@ -132,3 +132,42 @@ func TestLongMetaAndHost(t *testing.T) {
 		}
 	})
 }
+
+// TestEpochFull: a name whose counter would pass into the next epoch's
+// range starts a new epoch, durably, first: its token goes on growing,
+// and a restart's epoch stays above it.
+func TestEpochFull(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		req := &driver.Request{Name: "full", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute}
+		g, err := s.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Release(ctx, []driver.Key{{Name: "full", Owner: "o"}}); err != nil {
+			t.Fatal(err)
+		}
+		epoch := g.Token >> 32
+		db := rawDB(t)
+		last := (epoch+1)<<32 - 1
+		if _, err := db.ExecContext(ctx, "UPDATE "+tb+"_state SET seq = ? WHERE name = 'full'", last); err != nil {
+			t.Fatal(err)
+		}
+		g, err = s.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token != last+1 {
+			t.Errorf("token %#x after %#x, want the next", g.Token, last)
+		}
+		var durable uint64
+		if err := db.QueryRowContext(ctx, "SELECT epoch FROM "+tb+"_epochs").Scan(&durable); err != nil {
+			t.Fatal(err)
+		}
+		if durable <= epoch {
+			t.Errorf("durable epoch %d after the counter of epoch %d filled up, want more", durable, epoch)
+		}
+	})
+}
