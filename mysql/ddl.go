@@ -70,7 +70,7 @@ func (o objects) tables() []string {
 // The fast mode's MEMORY rows have a fixed width: a host is cut to
 // maxHost bytes, and metadata longer than maxMeta bytes is kept in the
 // InnoDB table T_meta (a flush per grant). heapSize is the size limit of
-// the MEMORY tables (about 1.2 KB per hold or queue entry).
+// each MEMORY table (about 1.4 KB per hold or queue entry).
 const (
 	maxHost  = 255
 	maxMeta  = 255
@@ -145,18 +145,22 @@ func (o objects) statements(durable bool) []string {
 }
 
 // DDL returns the SQL script that creates the lock table a Store with opts
-// uses (Options.Table, DefaultTable if empty) in the current database: two tables and six
-// stored procedures. It is written for the mysql and mariadb command-line
-// clients (it uses their DELIMITER command), e.g.
+// uses (Options.Table, DefaultTable if empty) in the current database: six
+// tables and nine stored procedures, for a fast table or, with
+// opts.Durable, a durable one (use Durable on MySQL with
+// enforce_gtid_consistency). It is written for the mysql and mariadb
+// command-line clients (it uses their DELIMITER command), e.g.
 //
 //	mariadb -u admin -p app < baton.sql
 //
 // Run it yourself, as a user allowed to create tables and routines, when
 // the store's own user may not (Options.NoCreate). The store's user then
-// needs SELECT, INSERT, UPDATE and DELETE on the two tables, EXECUTE on
-// the procedures and CREATE TEMPORARY TABLES on the database (for
-// reclaim's scratch tables). The script drops and re-creates the procedures, so it can
-// be run again to upgrade them; the tables are only created if missing.
+// needs SELECT, INSERT, UPDATE and DELETE on the tables, DROP on T_holds
+// and T_state, EXECUTE on the procedures and CREATE TEMPORARY TABLES on the
+// database (for reclaim's scratch tables). The script drops and re-creates
+// the procedures, so it can be run again to upgrade them; the tables are
+// only created if missing, so run it in the mode the table has (a Store
+// refuses procedures made for the other mode).
 func DDL(opts *Options) (string, error) {
 	o, err := checkOptions(opts)
 	if err != nil {
