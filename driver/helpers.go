@@ -153,3 +153,16 @@ func (m ServerMark) Latest(t time.Time) time.Time {
 func (m ServerMark) Proves(created, expires time.Time, ttl time.Duration, now time.Time) bool {
 	return !m.Server.IsZero() && created.After(m.Server) && !m.Latest(now).Add(ttl).After(expires)
 }
+
+// ParseFlag reads a boolean URL parameter: 1, true, yes, on or nothing
+// (the parameter alone) are true; 0, false, no and off are false; ok is
+// false for anything else.
+func ParseFlag(v string) (on, ok bool) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on", "":
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
+	}
+	return false, false
+}

@@ -356,13 +356,15 @@ func parseURL(u *url.URL) (string, *Options, error) {
 		case k == "baton_table":
 			o.Table = v
 			q.Del(k)
-		case k == "baton_nocreate":
-			switch strings.ToLower(v) {
-			case "1", "true", "yes", "on", "":
-				o.NoCreate = true
-			case "0", "false", "no", "off":
-			default:
-				return "", nil, fmt.Errorf("mysql: baton_nocreate=%q in the URL: want 1 or 0", v)
+		case k == "baton_nocreate" || k == "baton_durable":
+			on, ok := driver.ParseFlag(v)
+			if !ok {
+				return "", nil, fmt.Errorf("mysql: %s=%q in the URL: want 1 or 0", k, v)
+			}
+			if k == "baton_durable" {
+				o.Durable = on
+			} else {
+				o.NoCreate = on
 			}
 			q.Del(k)
 		case k == "baton_reclaim":
@@ -371,15 +373,6 @@ func parseURL(u *url.URL) (string, *Options, error) {
 				return "", nil, fmt.Errorf("mysql: baton_reclaim=%q in the URL: want a duration such as 10m (negative: never)", v)
 			}
 			o.Reclaim = d
-			q.Del(k)
-		case k == "baton_durable":
-			switch strings.ToLower(v) {
-			case "1", "true", "yes", "on", "":
-				o.Durable = true
-			case "0", "false", "no", "off":
-			default:
-				return "", nil, fmt.Errorf("mysql: baton_durable=%q in the URL: want 1 or 0", v)
-			}
 			q.Del(k)
 		case k == "baton_maxgrace":
 			d, err := time.ParseDuration(v)

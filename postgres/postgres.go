@@ -282,12 +282,8 @@ func parseURL(u *url.URL) (string, *Options, error) {
 		case "baton_schema":
 			o.Schema = v
 		case "baton_nocreate", "baton_durable":
-			var on bool
-			switch strings.ToLower(v) {
-			case "1", "true", "yes", "on", "":
-				on = true
-			case "0", "false", "no", "off":
-			default:
+			on, ok := driver.ParseFlag(v)
+			if !ok {
 				return "", nil, fmt.Errorf("postgres: %s=%q in the URL: want 1 or 0", k, v)
 			}
 			if k == "baton_durable" {
