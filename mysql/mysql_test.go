@@ -281,6 +281,8 @@ func TestParseURL(t *testing.T) {
 			table    string
 			nocreate bool
 			reclaim  time.Duration
+			durable  bool
+			maxGrace time.Duration
 			check    func(c *mysqldrv.Config) string
 		}{
 			{url: "mysql://baton:baton@127.0.0.1:3306/baton_test", user: "baton", pass: "baton", net: "tcp", addr: "127.0.0.1:3306", db: "baton_test"},
@@ -288,6 +290,7 @@ func TestParseURL(t *testing.T) {
 			{url: "mysql://u:p%40ss%2Fw%3Ard@[::1]:3307/d?baton_table=my_locks&baton_nocreate=1&baton_reclaim=1h", user: "u", pass: "p@ss/w:rd",
 				net: "tcp", addr: "[::1]:3307", db: "d", table: "my_locks", nocreate: true, reclaim: time.Hour},
 			{url: "mysql://u:p@/d?socket=/run/mysqld/mysqld.sock", user: "u", pass: "p", net: "unix", addr: "/run/mysqld/mysqld.sock", db: "d"},
+			{url: "mysql://u@h/d?baton_durable=1&baton_maxgrace=90s", user: "u", net: "tcp", addr: "h:3306", db: "d", durable: true, maxGrace: 90 * time.Second},
 			{url: "mysql://u:p@h:1/d?tls=skip-verify&timeout=5s&readTimeout=2s&charset=utf8mb4", user: "u", pass: "p", net: "tcp", addr: "h:1", db: "d",
 				check: func(c *mysqldrv.Config) string {
 					if c.TLSConfig != "skip-verify" || c.Timeout != 5*time.Second || c.ReadTimeout != 2*time.Second {
@@ -309,7 +312,7 @@ func TestParseURL(t *testing.T) {
 			if c.User != tc.user || c.Passwd != tc.pass || c.Net != tc.net || c.Addr != tc.addr || c.DBName != tc.db {
 				t.Errorf("ParseURL(%q) = %q: user %q pass %q net %q addr %q db %q", tc.url, dsn, c.User, c.Passwd, c.Net, c.Addr, c.DBName)
 			}
-			if opts.Table != tc.table || opts.NoCreate != tc.nocreate || opts.Reclaim != tc.reclaim {
+			if opts.Table != tc.table || opts.NoCreate != tc.nocreate || opts.Reclaim != tc.reclaim || opts.Durable != tc.durable || opts.MaxGrace != tc.maxGrace {
 				t.Errorf("ParseURL(%q): options %+v", tc.url, opts)
 			}
 			if tc.check != nil {
@@ -325,6 +328,9 @@ func TestParseURL(t *testing.T) {
 			"mysql:///db",
 			"mysql://u@h/db?baton_nocreate=maybe",
 			"mysql://u@h/db?baton_reclaim=often",
+			"mysql://u@h/db?baton_durable=sometimes",
+			"mysql://u@h/db?baton_maxgrace=-1s",
+			"mysql://u@h/db?baton_maxgrace=long",
 			"mysql://u@h/db?socket=/x.sock",
 			"postgres://u@h/db",
 		} {
