@@ -19,17 +19,13 @@ import (
 func TestCrash(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		tb := freshTable(t)
-		ls, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), &mysql.Options{Table: tb, MaxGrace: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ls.Close() })
-		long := client(t, ls, nil)
+		long := client(t, openWith(t, &mysql.Options{Table: tb, MaxGrace: time.Second}), nil)
 		var ll *baton.Lease
 		drivertest.Crash(t, drivertest.CrashConfig{
 			Env:  serversEnv,
 			Open: func(t testing.TB) driver.Store { return open(t, tb) },
 			BeforeCrash: func(ctx context.Context, t *testing.T) {
+				var err error
 				if ll, err = long.Lock(ctx, "crash/long", &baton.LockOptions{TTL: 6 * time.Second}); err != nil {
 					t.Fatal(err)
 				}

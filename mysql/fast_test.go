@@ -18,14 +18,7 @@ func TestConformanceDurable(t *testing.T) {
 		dropTables = append(dropTables, tb)
 		dropMu.Unlock()
 		drivertest.Run(t, drivertest.Config{
-			Open: func(t testing.TB) driver.Store {
-				s, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), &mysql.Options{Table: tb, Durable: true})
-				if err != nil {
-					t.Fatalf("Open: %v", err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s
-			},
+			Open: func(t testing.TB) driver.Store { return openWith(t, &mysql.Options{Table: tb, Durable: true}) },
 		})
 	})
 }
@@ -57,18 +50,14 @@ func TestModes(t *testing.T) {
 		}
 
 		durable := freshTable(t)
-		s, err := mysql.Open(ctx, dsn(t), &mysql.Options{Table: durable, Durable: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
+		openWith(t, &mysql.Options{Table: durable, Durable: true}).Close()
 		// As schema 1 left it.
 		for _, q := range []string{"ALTER TABLE " + durable + "_holds DROP COLUMN flags", "DROP PROCEDURE " + durable + "_acquire"} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)
 			}
 		}
-		s = open(t, durable) // without Durable: the table's mode stands
+		s := open(t, durable) // without Durable: the table's mode stands
 		if e := engine(durable); e != "InnoDB" {
 			t.Errorf("a durable table's holds went to %s", e)
 		}

@@ -223,6 +223,7 @@ type stmts struct {
 	listAll, listName, listOwner, listPrefix *sql.Stmt
 	raise                                    *sql.Stmt
 	purge, reclaim                           string
+	acquireSQL, releaseSQL                   string // prepared again on the bell connection
 }
 
 func (s *stmts) close() {
@@ -500,9 +501,11 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
-	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	st.acquireSQL = "CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	st.releaseSQL = "CALL " + s.obj.release + "(?)"
+	st.acquire = prep(st.acquireSQL)
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
-	st.release = prep("CALL " + s.obj.release + "(?)")
+	st.release = prep(st.releaseSQL)
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
 	st.raise = prep("CALL " + s.obj.raise + "(?, ?)")
 	st.listAll = prep("SELECT " + cols + " FROM " + h)
@@ -517,7 +520,7 @@ func (s *Store) setup(ctx context.Context) error {
 		st.close()
 		return fmt.Errorf("mysql: preparing statements: %w", err)
 	}
-	s.st, s.srv, s.fast = st, srv, !durable
+	s.st, s.fast = st, !durable
 	return nil
 }
 
@@ -799,7 +802,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &held)
 				return held == 1, err
 			}
-			ok, err := s.bells.acquireCall(cctx, bell, "CALL "+s.obj.acquire+"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", call)
+			ok, err := s.bells.acquireCall(cctx, bell, s.st.acquireSQL, call)
 			if !ok {
 				if !took {
 					took = s.bells.take(ctx, bell)
@@ -1017,7 +1020,7 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	defer cancel()
 	err := retry(ctx, func() error {
 		clear(out)
-		res, ok, err := s.bells.releaseCall(cctx, bs, "CALL "+s.obj.release+"(?)", arg)
+		res, ok, err := s.bells.releaseCall(cctx, bs, s.st.releaseSQL, arg)
 		if !ok {
 			err = s.st.release.QueryRowContext(cctx, arg(nil)).Scan(&res)
 		}

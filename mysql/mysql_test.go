@@ -85,7 +85,13 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // open returns a new store of table, with a pool of its own.
 func open(t testing.TB, tb string) *mysql.Store {
 	t.Helper()
-	s, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), &mysql.Options{Table: tb})
+	return openWith(t, &mysql.Options{Table: tb})
+}
+
+// openWith returns a new store with o, with a pool of its own.
+func openWith(t testing.TB, o *mysql.Options) *mysql.Store {
+	t.Helper()
+	s, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -131,7 +131,7 @@ proc: BEGIN
 	END IF;
 
 	IF {FAST} THEN
-		SET v_spill = LENGTH(p_meta) > {METAMAX};
+		SET v_spill = COALESCE(LENGTH(p_meta), 0) > {METAMAX};
 		SET v_flags = IF(p_long, 1, 0) | IF(v_spill, 2, 0);
 	END IF;
 
