@@ -36,7 +36,6 @@ type bells struct {
 	mu      sync.Mutex
 	conn    *sql.Conn
 	release *sql.Stmt       // the release procedure, prepared on conn
-	acquire *sql.Stmt       // the acquire procedure, prepared on conn
 	held    map[string]bool // bells held on conn
 	lost    map[string]bool // bells held on a connection that failed: taken again on the next one
 	closed  bool
@@ -58,11 +57,9 @@ func (b *bells) connect(ctx context.Context) error {
 // fail drops a bell connection that failed: the server releases its bells
 // when it notices. b.mu is held.
 func (b *bells) fail() {
-	for _, st := range []**sql.Stmt{&b.release, &b.acquire} {
-		if *st != nil {
-			(*st).Close()
-			*st = nil
-		}
+	if b.release != nil {
+		b.release.Close()
+		b.release = nil
 	}
 	if b.conn != nil {
 		discard(b.conn)
@@ -224,51 +221,6 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 		}
 	}
 	return res, true, err
-}
-
-// acquireCall runs the acquire procedure on the bell connection, if it is
-// idle, so that the procedure takes the bell called name itself, saving a
-// round trip (see ddlTemplate). ok is false if the connection was busy:
-// the caller then takes the bell with take and calls the procedure on a
-// pool connection. call runs the procedure with the bell to take ("" if
-// it is held already) and reports whether the session holds it after.
-func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
-	if !b.mu.TryLock() {
-		return false, nil
-	}
-	defer b.mu.Unlock()
-	if b.closed {
-		return false, nil
-	}
-	if err := b.connect(ctx); err != nil {
-		return false, nil
-	}
-	if b.acquire == nil {
-		st, err := b.conn.PrepareContext(ctx, prepare)
-		if err != nil {
-			b.fail()
-			return false, nil
-		}
-		b.acquire = st
-	}
-	delete(b.lost, name)
-	bell := name
-	if b.held[name] {
-		bell = ""
-	}
-	held, err := call(b.acquire, bell)
-	if err != nil {
-		var me *mysqldrv.MySQLError
-		if !errors.As(err, &me) {
-			b.fail() // broken, or cancelled (closed): its bells are gone
-		}
-		// The procedure released the bell it took.
-		return true, err
-	}
-	if bell != "" && held {
-		b.held[name] = true
-	}
-	return true, nil
 }
 
 // heldCount is the number of bells held, for tests.

@@ -223,7 +223,7 @@ type stmts struct {
 	listAll, listName, listOwner, listPrefix *sql.Stmt
 	raise                                    *sql.Stmt
 	purge, reclaim                           string
-	acquireSQL, releaseSQL                   string // prepared again on the bell connection
+	releaseSQL                               string // prepared again on the bell connection
 }
 
 func (s *stmts) close() {
@@ -501,9 +501,8 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
-	st.acquireSQL = "CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	st.releaseSQL = "CALL " + s.obj.release + "(?)"
-	st.acquire = prep(st.acquireSQL)
+	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep(st.releaseSQL)
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
@@ -766,10 +765,9 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 	}
 	// The bell goes up before the entry can exist, so that whoever sees
-	// the entry finds its bell held: the procedure takes it, on the bell
-	// connection, or else it is taken before the call.
+	// the entry finds its bell held.
 	bell := s.bellName(req.Name, req.Owner)
-	took := false
+	took := s.bells.take(ctx, bell)
 	var (
 		status                    int8
 		token                     uint64
@@ -795,20 +793,9 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	err := retry(ctx, func() error {
 		for range 3 {
 			bOwner = nil
-			var held int8
-			call := func(st *sql.Stmt, bell string) (bool, error) {
-				err := st.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
-					ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long, bell).
-					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &held)
-				return held == 1, err
-			}
-			ok, err := s.bells.acquireCall(cctx, bell, s.st.acquireSQL, call)
-			if !ok {
-				if !took {
-					took = s.bells.take(ctx, bell)
-				}
-				_, err = call(s.st.acquire, "")
-			}
+			err := s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
+				ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long).
+				Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
 			switch {
 			case err != nil:
 				return err
