@@ -547,15 +547,15 @@ DECLARE
 	v_done integer[];
 BEGIN
 	PERFORM {BEGIN}((SELECT max(t) FROM unnest(p_ttls) t), p_durable);
-	IF cardinality(p_names) > 1 THEN -- lock the inline holds' rows in name order
-		PERFORM 1 FROM {COUNTERS} k
-		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
-		 ORDER BY k.name FOR UPDATE OF k;
-	END IF;
+	-- The inline holds' rows are updated, and so locked, in name order, as
+	-- every call that locks several names does: the plan is a nested loop
+	-- over the sorted keys (a generic plan, which costs the arrays at ten
+	-- rows, with sequential scans off), so no second pass locks them first.
 	FOR r IN
 		UPDATE {COUNTERS} k
 		   SET xttl = u.ttl, xr = t.now, xe = t.now + ((u.ttl + 999) / 1000) * interval '1 microsecond'
-		  FROM unnest(p_names, p_owners, p_ttls) WITH ORDINALITY AS u(name, owner, ttl, i),
+		  FROM (SELECT * FROM unnest(p_names, p_owners, p_ttls) WITH ORDINALITY AS v(name, owner, ttl, i)
+		         ORDER BY v.name COLLATE "C", v.i) u,
 		       (SELECT clock_timestamp() AS now) t
 		 WHERE k.name = u.name AND k.xo = u.owner AND k.xe > clock_timestamp()
 		RETURNING u.i::integer AS i, k.xt, k.xc, k.xr, k.xe
