@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,67 +28,141 @@ const bellTimeout = 5 * time.Second
 // maxPerStatement bounds the GET_LOCK or RELEASE_LOCK calls of one statement.
 const maxPerStatement = 100
 
-// bells holds a Store's bells: GET_LOCKs on one connection of its own.
-// Bell names are hex hashes with a fixed prefix, so they are written into
-// the SQL text, which saves preparing statements on the connection.
+// maxBellConns bounds the connections a Store keeps for its bells (a
+// quarter of a pool's limit, at least one, if the pool has one).
+const maxBellConns = 4
+
+// bells holds a Store's bells: GET_LOCKs on a few connections of its own.
+// An acquire runs its procedure on an idle one of them, and the procedure
+// takes the entry's bell there itself, which saves a round trip; a
+// connection busy with such a call (which may wait up to a second for a
+// name InLockedTx holds) holds up only the bells on it, and the next
+// acquire takes another. Bell names are hex hashes with a fixed prefix, so
+// they are written into the SQL text, which saves preparing statements on
+// the connections.
 type bells struct {
 	db *sql.DB
 
-	mu      sync.Mutex
-	conn    *sql.Conn
-	release *sql.Stmt       // the release procedure, prepared on conn
-	held    map[string]bool // bells held on conn
-	lost    map[string]bool // bells held on a connection that failed: taken again on the next one
-	closed  bool
+	mu     sync.Mutex // guards the fields below, never held across a statement
+	conns  []*bellConn
+	where  map[string]*bellConn // the connection each held bell is on
+	lost   map[string]bool      // bells of a connection that failed: taken again by the next take
+	closed bool
 }
 
-// connect opens the bell connection if there is none. b.mu is held.
-func (b *bells) connect(ctx context.Context) error {
-	if b.conn != nil {
+// bellConn is one bell connection. Its mutex is held while a statement
+// runs on it; bells to release while it is busy wait in pending, and
+// whoever unlocks it releases them (see unlock).
+type bellConn struct {
+	mu      sync.Mutex
+	conn    *sql.Conn
+	acquire *sql.Stmt // the acquire procedure, prepared on conn
+	release *sql.Stmt // the release procedure, prepared on conn
+	pending []string  // guarded by bells.mu
+}
+
+// lock returns a bell connection, locked: an idle one, a new one while
+// there are fewer than maxBellConns, or, with wait set, the first once it
+// is free (nil without wait when all are busy, or after close).
+func (b *bells) lock(wait bool) *bellConn {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	for _, bc := range b.conns {
+		if bc.mu.TryLock() {
+			b.mu.Unlock()
+			return bc
+		}
+	}
+	limit := maxBellConns
+	if m := b.db.Stats().MaxOpenConnections; m > 0 {
+		limit = max(1, min(limit, m/4)) // a small pool keeps its connections for the calls
+	}
+	if len(b.conns) < limit {
+		bc := &bellConn{}
+		bc.mu.Lock()
+		b.conns = append(b.conns, bc)
+		b.mu.Unlock()
+		return bc
+	}
+	bc := b.conns[0]
+	b.mu.Unlock()
+	if !wait {
+		return nil
+	}
+	bc.mu.Lock()
+	return bc
+}
+
+// unlock unlocks bc after releasing its pending bells, and releases those
+// that arrive as it unlocks if nobody else has locked it meanwhile.
+func (b *bells) unlock(bc *bellConn) {
+	for {
+		b.mu.Lock()
+		rel := bc.pending
+		bc.pending = nil
+		closed := b.closed
+		b.mu.Unlock()
+		if len(rel) > 0 && !closed {
+			b.exec(context.Background(), bc, "RELEASE_LOCK", rel)
+		}
+		bc.mu.Unlock()
+		b.mu.Lock()
+		more := len(bc.pending) > 0 && !b.closed
+		b.mu.Unlock()
+		if !more || !bc.mu.TryLock() {
+			return
+		}
+	}
+}
+
+// connect opens bc's connection if it has none. bc is locked.
+func (b *bells) connect(ctx context.Context, bc *bellConn) error {
+	if bc.conn != nil {
 		return nil
 	}
 	c, err := b.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	b.conn = c
+	bc.conn = c
 	return nil
 }
 
-// fail drops a bell connection that failed: the server releases its bells
-// when it notices. b.mu is held.
-func (b *bells) fail() {
-	if b.release != nil {
-		b.release.Close()
-		b.release = nil
+// fail drops bc's connection after a failure: the server releases its
+// bells when it notices. bc is locked.
+func (b *bells) fail(bc *bellConn) {
+	for _, st := range []**sql.Stmt{&bc.release, &bc.acquire} {
+		if *st != nil {
+			(*st).Close()
+			*st = nil
+		}
 	}
-	if b.conn != nil {
-		discard(b.conn)
-		b.conn = nil
+	if bc.conn != nil {
+		discard(bc.conn)
+		bc.conn = nil
 	}
-	for n := range b.held {
-		b.lost[n] = true
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for n, c := range b.where {
+		if c == bc {
+			delete(b.where, n)
+			b.lost[n] = true
+		}
 	}
-	clear(b.held)
+	bc.pending = nil // released with the connection
 }
 
 // exec runs one statement of calls (GET_LOCK(name, 0) or RELEASE_LOCK(name))
-// on the bell connection and returns their results; dial is the context
-// for opening the connection if needed. b.mu is held.
-func (b *bells) exec(dial context.Context, fn string, names []string) ([]sql.NullInt64, error) {
+// on bc and returns their results; dial is the context for opening the
+// connection if needed. bc is locked.
+func (b *bells) exec(dial context.Context, bc *bellConn, fn string, names []string) ([]sql.NullInt64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bellTimeout)
 	defer cancel()
-	if b.conn == nil {
-		if err := b.connect(dial); err != nil {
-			return nil, err
-		}
-		if len(b.lost) > 0 && fn == "GET_LOCK" {
-			// Best effort: the bells of the failed connection were released
-			// by the server; take them again for the entries still live.
-			for n := range b.lost {
-				names = append(names, n)
-			}
-		}
+	if err := b.connect(dial, bc); err != nil {
+		return nil, err
 	}
 	var q strings.Builder
 	q.WriteString("SELECT ")
@@ -109,134 +184,215 @@ func (b *bells) exec(dial context.Context, fn string, names []string) ([]sql.Nul
 	for i := range res {
 		ptrs[i] = &res[i]
 	}
-	if err := b.conn.QueryRowContext(ctx, q.String()).Scan(ptrs...); err != nil {
+	if err := bc.conn.QueryRowContext(ctx, q.String()).Scan(ptrs...); err != nil {
 		// The connection may be broken, and its bells with it.
-		b.fail()
+		b.fail(bc)
 		return nil, err
-	}
-	if fn == "GET_LOCK" {
-		for i := len(names) - 1; i >= 0 && b.lost[names[i]]; i-- {
-			if res[i].Int64 == 1 {
-				b.held[names[i]] = true
-			}
-			delete(b.lost, names[i])
-		}
 	}
 	return res, nil
 }
 
-// take takes the bell called name, without waiting, and reports whether it
-// took it now (false if it was held already, or is held by another
-// session, or the bell connection failed: the entry then has no bell, and
-// its waiters poll).
+// take takes the bell called name, without waiting for it, and reports
+// whether it took it now (false if it was held already, or is held by
+// another session, or the bell connection failed: the entry then has no
+// bell, and its waiters poll). Bells lost with a failed connection are
+// taken again with it, best effort, for the entries still live.
 func (b *bells) take(ctx context.Context, name string) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || b.held[name] {
-		return false
-	}
+	_, held := b.where[name]
 	delete(b.lost, name)
-	res, err := b.exec(ctx, "GET_LOCK", []string{name})
-	if err != nil || res[0].Int64 != 1 {
+	b.mu.Unlock()
+	if held {
 		return false
 	}
-	b.held[name] = true
-	return true
-}
-
-// drop releases the named bells that are held.
-func (b *bells) drop(names ...string) {
+	bc := b.lock(true)
+	if bc == nil {
+		return false
+	}
+	defer b.unlock(bc)
+	names := []string{name}
+	b.mu.Lock()
+	for n := range b.lost {
+		if len(names) == maxPerStatement {
+			break
+		}
+		names = append(names, n)
+		delete(b.lost, n)
+	}
+	b.mu.Unlock()
+	res, err := b.exec(ctx, bc, "GET_LOCK", names)
+	if err != nil {
+		return false
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var rel []string
+	for i, n := range names {
+		if res[i].Int64 == 1 {
+			b.where[n] = bc
+		}
+	}
+	return res[0].Int64 == 1
+}
+
+// drop releases the named bells that are held: at once where their
+// connection is idle, else as soon as it is (see unlock).
+func (b *bells) drop(names ...string) {
+	b.mu.Lock()
+	var touched []*bellConn
 	for _, n := range names {
 		delete(b.lost, n)
-		if b.held[n] {
-			delete(b.held, n)
-			rel = append(rel, n)
+		bc := b.where[n]
+		if bc == nil {
+			continue
 		}
+		delete(b.where, n)
+		if !slices.Contains(touched, bc) {
+			touched = append(touched, bc)
+		}
+		bc.pending = append(bc.pending, n)
 	}
-	if b.closed {
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
 		return
 	}
-	for len(rel) > 0 {
-		k := min(len(rel), maxPerStatement)
-		if _, err := b.exec(context.Background(), "RELEASE_LOCK", rel[:k]); err != nil {
-			return // the connection is gone, and its bells with it
+	for _, bc := range touched {
+		if bc.mu.TryLock() {
+			b.unlock(bc)
 		}
-		rel = rel[k:]
 	}
 }
 
-// releaseCall runs the release procedure on the bell connection, if it is
-// idle, with the bells among names that it holds, so that the procedure
-// releases them itself (see ddlTemplate). ok is false if the connection
-// was busy: the caller then calls the procedure on a pool connection and
-// drops the bells after. keys builds the procedure's argument from the
-// bell to release for each key ("" for none).
+// releaseCall runs the release procedure on the idle bell connection
+// that holds the first of the bells among names that are held, so that
+// the procedure releases that connection's bells itself (see ddlTemplate).
+// ok is false if there is no such connection, or it is busy: the caller
+// then calls the procedure on a pool connection. Either way the caller
+// drops the bells after (drop skips those released here). keys builds the
+// procedure's argument from the bell to release for each key ("" for none).
 func (b *bells) releaseCall(ctx context.Context, names []string, prepare string, keys func(bells []string) string) (res string, ok bool, err error) {
-	if !b.mu.TryLock() {
-		return "", false, nil
-	}
-	defer b.mu.Unlock()
-	if b.closed {
-		return "", false, nil
-	}
-	if err := b.connect(ctx); err != nil {
-		return "", false, nil
-	}
-	if b.release == nil {
-		st, err := b.conn.PrepareContext(ctx, prepare)
-		if err != nil {
-			b.fail()
-			return "", false, nil
+	b.mu.Lock()
+	var bc *bellConn
+	for _, n := range names {
+		if bc = b.where[n]; bc != nil {
+			break
 		}
-		b.release = st
+	}
+	if bc == nil || b.closed || !bc.mu.TryLock() {
+		b.mu.Unlock()
+		return "", false, nil
 	}
 	ring := make([]string, len(names))
-	var rung []string
 	for i, n := range names {
-		delete(b.lost, n)
-		if b.held[n] {
+		if b.where[n] == bc {
 			ring[i] = n
-			rung = append(rung, n)
-			delete(b.held, n)
+			delete(b.where, n)
+			delete(b.lost, n)
 		}
 	}
-	err = b.release.QueryRowContext(ctx, keys(ring)).Scan(&res)
+	b.mu.Unlock()
+	defer b.unlock(bc)
+	if bc.release == nil && bc.conn != nil {
+		st, err := bc.conn.PrepareContext(ctx, prepare)
+		if err != nil {
+			b.fail(bc)
+			return "", false, nil
+		}
+		bc.release = st
+	}
+	if bc.release == nil {
+		return "", false, nil // the connection failed: its bells are gone
+	}
+	err = bc.release.QueryRowContext(ctx, keys(ring)).Scan(&res)
 	if err != nil {
 		var me *mysqldrv.MySQLError
 		if !errors.As(err, &me) {
-			b.fail() // broken, or cancelled (closed): its bells are gone
+			b.fail(bc) // broken, or cancelled (closed): its bells are gone
 			return "", true, err
 		}
 		// The procedure failed before releasing the bells, or after: make
 		// sure they are released (RELEASE_LOCK of a free bell does nothing).
-		for len(rung) > 0 {
-			k := min(len(rung), maxPerStatement)
-			if _, err := b.exec(ctx, "RELEASE_LOCK", rung[:k]); err != nil {
-				break
+		var rung []string
+		for _, n := range ring {
+			if n != "" {
+				rung = append(rung, n)
 			}
-			rung = rung[k:]
 		}
+		b.mu.Lock()
+		bc.pending = append(bc.pending, rung...)
+		b.mu.Unlock()
 	}
 	return res, true, err
+}
+
+// acquireCall runs the acquire procedure on an idle bell connection, so
+// that the procedure takes the bell called name itself, saving a round
+// trip (see ddlTemplate). ok is false if every bell connection was busy:
+// the caller then takes the bell with take and calls the procedure on a
+// pool connection. call runs the procedure with the bell to take ("" if
+// it is held already) and reports whether the session holds it after.
+func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
+	bc := b.lock(false)
+	if bc == nil {
+		return false, nil
+	}
+	defer b.unlock(bc)
+	if err := b.connect(ctx, bc); err != nil {
+		return false, nil
+	}
+	if bc.acquire == nil {
+		st, err := bc.conn.PrepareContext(ctx, prepare)
+		if err != nil {
+			b.fail(bc)
+			return false, nil
+		}
+		bc.acquire = st
+	}
+	b.mu.Lock()
+	delete(b.lost, name)
+	bell := name
+	if b.where[name] != nil {
+		bell = "" // held already (on this connection or another)
+	}
+	b.mu.Unlock()
+	held, err := call(bc.acquire, bell)
+	if err != nil {
+		var me *mysqldrv.MySQLError
+		if !errors.As(err, &me) {
+			b.fail(bc) // broken, or cancelled (closed): its bells are gone
+		}
+		// The procedure released the bell it took.
+		return true, err
+	}
+	if bell != "" && held {
+		b.mu.Lock()
+		b.where[name] = bc
+		b.mu.Unlock()
+	}
+	return true, nil
 }
 
 // heldCount is the number of bells held, for tests.
 func (b *bells) heldCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.held)
+	return len(b.where)
 }
 
-// close drops the bell connection, which releases every bell at once.
+// close drops the bell connections, which releases every bell at once.
 func (b *bells) close() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
-	b.fail()
+	conns := b.conns
+	b.mu.Unlock()
+	for _, bc := range conns {
+		bc.mu.Lock()
+		b.fail(bc)
+		bc.mu.Unlock()
+	}
+	b.mu.Lock()
 	clear(b.lost)
+	b.mu.Unlock()
 }
 
 // setBlocker records, for the watch of req if it has one, the entry req

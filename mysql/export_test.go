@@ -38,15 +38,27 @@ func ParseURL(rawURL string) (dsn string, opts *Options, err error) {
 // HeldBells is the number of bells s holds.
 func HeldBells(s *Store) int { return s.bells.heldCount() }
 
-// BreakBells closes s's bell connection behind its back, as a network
+// BellConns is the number of bell connections s has opened.
+func BellConns(s *Store) int {
+	s.bells.mu.Lock()
+	defer s.bells.mu.Unlock()
+	return len(s.bells.conns)
+}
+
+// BreakBells closes s's bell connections behind its back, as a network
 // failure would: every bell of s is released by the server.
 func BreakBells(s *Store) {
 	s.bells.mu.Lock()
-	defer s.bells.mu.Unlock()
-	if s.bells.conn != nil {
-		_ = s.bells.conn.Raw(func(any) error { return sqldriverErrBadConn })
-		// The Conn stays set, as if nobody had noticed yet: its next use
-		// fails, and the store opens a new one.
+	conns := s.bells.conns
+	s.bells.mu.Unlock()
+	for _, bc := range conns {
+		bc.mu.Lock()
+		if bc.conn != nil {
+			_ = bc.conn.Raw(func(any) error { return sqldriverErrBadConn })
+			// The Conn stays set, as if nobody had noticed yet: its next
+			// use fails, and the store opens a new one.
+		}
+		bc.mu.Unlock()
 	}
 }
 

@@ -95,9 +95,9 @@
 //
 // Waking waiters: the store rings doorbells made of user-level locks
 // (GET_LOCK): a release wakes the one waiter next in line; baton's fallback
-// poll covers holds that expire. A Store holds one pool connection for its
-// bells and one more per Lock that is waiting: size a pool given to New
-// accordingly. See docs/stores/mysql.md#waking-waiters.
+// poll covers holds that expire. A Store keeps up to four pool connections
+// for its bells and one more per Lock that is waiting: size a pool given
+// to New accordingly. See docs/stores/mysql.md#waking-waiters.
 //
 // [Store.InLockedTx] runs a function in a database transaction that holds
 // a lock name as a lease would, with a fencing token from the same
@@ -223,7 +223,7 @@ type stmts struct {
 	listAll, listName, listOwner, listPrefix *sql.Stmt
 	raise                                    *sql.Stmt
 	purge, reclaim                           string
-	releaseSQL                               string // prepared again on the bell connection
+	acquireSQL, releaseSQL                   string // prepared again on the bell connections
 }
 
 func (s *stmts) close() {
@@ -271,8 +271,8 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	db := sql.OpenDB(conn)
-	// A Store keeps a connection for its bells and one per waiting Lock
-	// out of the pool; keep a few idle ones for the calls.
+	// A Store keeps up to four connections for its bells and one per
+	// waiting Lock out of the pool; keep a few idle ones for the calls.
 	db.SetMaxIdleConns(8)
 	s := newStore(db, o)
 	s.ownDB = true
@@ -288,9 +288,11 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 // Client over it). db must be a go-sql-driver pool whose DSN names a
 // database. The store checks (and, unless opts.NoCreate is set, creates)
 // the lock table on first use. Besides the connections of its calls, a
-// Store takes one connection from db for its bells, for as long as it is
-// open, and one more for each Lock that waits, while it waits: a pool
-// limited with SetMaxOpenConns must leave room for them.
+// Store takes up to four connections from db for its bells (one for each
+// Acquire it runs at once; no more than a quarter of a limit set with
+// SetMaxOpenConns, and at least one), for as long as it is open, and one
+// more for each Lock that waits, while it waits: a limited pool must leave
+// room for them.
 func New(db *sql.DB, opts *Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysql: db is nil")
@@ -332,7 +334,7 @@ func newStore(db *sql.DB, o Options) *Store {
 		refused: make(map[driver.Key]*blocker),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.bells = &bells{db: db, held: map[string]bool{}, lost: map[string]bool{}}
+	s.bells = &bells{db: db, where: map[string]*bellConn{}, lost: map[string]bool{}}
 	return s
 }
 
@@ -501,8 +503,9 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
+	st.acquireSQL = "CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	st.releaseSQL = "CALL " + s.obj.release + "(?)"
-	st.acquire = prep("CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	st.acquire = prep(st.acquireSQL)
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep(st.releaseSQL)
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
@@ -765,9 +768,10 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 	}
 	// The bell goes up before the entry can exist, so that whoever sees
-	// the entry finds its bell held.
+	// the entry finds its bell held: the procedure takes it, on a bell
+	// connection, or else it is taken before the call.
 	bell := s.bellName(req.Name, req.Owner)
-	took := s.bells.take(ctx, bell)
+	took := false
 	var (
 		status                    int8
 		token                     uint64
@@ -793,9 +797,20 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	err := retry(ctx, func() error {
 		for range 3 {
 			bOwner = nil
-			err := s.st.acquire.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
-				ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long).
-				Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken)
+			var held int8
+			call := func(st *sql.Stmt, bell string) (bool, error) {
+				err := st.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
+					ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long, bell).
+					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &held)
+				return held == 1, err
+			}
+			ok, err := s.bells.acquireCall(cctx, bell, s.st.acquireSQL, call)
+			if !ok {
+				if !took {
+					took = s.bells.take(ctx, bell)
+				}
+				_, err = call(s.st.acquire, "")
+			}
 			switch {
 			case err != nil:
 				return err

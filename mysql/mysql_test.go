@@ -459,6 +459,42 @@ func TestNew(t *testing.T) {
 	})
 }
 
+// A pool limited to a few connections keeps them for the calls: the
+// Store takes one for its bells, and locks taken at once by many
+// goroutines (on names of their own: each waiting Lock would take a
+// connection too) all go through.
+func TestSmallPool(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		db := rawDB(t)
+		db.SetMaxOpenConns(4)
+		s, err := mysql.New(db, &mysql.Options{Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client(t, s, nil)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 10 {
+					l, err := c.TryLock(ctx, fmt.Sprint("small/", t.Name(), g), nil)
+					if err != nil {
+						t.Errorf("goroutine %d, lock %d: %v", g, i, err)
+						return
+					}
+					l.Release(ctx)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := mysql.BellConns(s); n != 1 {
+			t.Errorf("%d bell connections from a pool of 4, want 1", n)
+		}
+	})
+}
+
 func mustLock(t testing.TB, ctx context.Context, c *baton.Client, n string) *baton.Lease {
 	t.Helper()
 	l, err := c.Lock(ctx, n, nil)
@@ -797,6 +833,56 @@ func TestInTx(t *testing.T) {
 			t.Fatalf("TryLock after a cancelled InLockedTx: %v", err)
 		}
 		l4.Release(ctx)
+	})
+}
+
+// An acquire whose call waits in the server for a name InLockedTx holds
+// (up to a second, on a bell connection) holds up no other acquire of the
+// same Store: the next one takes another bell connection.
+func TestBellConnsNotHeldUp(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 60*time.Second)
+		s := open(t, table)
+		c := client(t, s, nil)
+		n := "stall/" + t.Name()
+		running, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- s.InLockedTx(ctx, n, func(context.Context, *sql.Tx, uint64) error {
+				close(running)
+				<-release
+				return nil
+			})
+		}()
+		<-running
+		lctx, lcancel := context.WithCancel(ctx)
+		locked := make(chan struct{})
+		go func() {
+			defer close(locked)
+			if l, err := c.Lock(lctx, n, nil); err == nil {
+				l.Release(ctx)
+			}
+		}()
+		time.Sleep(200 * time.Millisecond) // the Lock's calls wait in the server
+		for i := range 5 {
+			start := time.Now()
+			l, err := c.TryLock(ctx, fmt.Sprint("free/", t.Name(), i), nil)
+			if err != nil {
+				t.Fatalf("TryLock %d of a free name while another Lock waits for InLockedTx: %v", i, err)
+			}
+			// Held up, it would take about the second the other call waits.
+			if d := time.Since(start); d > 700*time.Millisecond {
+				t.Errorf("TryLock %d of a free name took %v while another Lock waited for InLockedTx", i, d)
+			}
+			l.Release(ctx)
+			time.Sleep(100 * time.Millisecond)
+		}
+		lcancel()
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		<-locked
 	})
 }
 

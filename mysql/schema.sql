@@ -80,7 +80,8 @@ DROP PROCEDURE IF EXISTS {ACQUIRE}
 -- ;;
 CREATE PROCEDURE {ACQUIRE}(
 	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
-	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT)
+	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT,
+	IN p_bell VARCHAR(64) CHARACTER SET ascii)
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
 -- acquire applies the grant rules of package lockstate to one request and
@@ -90,9 +91,12 @@ COMMENT '{VERSION}'
 -- the grace period: RAISE it first, 6 the name's counter is full: RAISE
 -- the epoch, given as token, first), token,
 -- created, renewed, expires (microseconds), after (nanoseconds until the
--- first holder expires, when not granted) and, when not granted, the
+-- first holder expires, when not granted), when not granted the
 -- blocker: the owner, queued flag and token (or ticket) of the entry whose
--- departure the request should wait for.
+-- departure the request should wait for, and whether the session holds
+-- the bell p_bell ('' for none: see the package's bells) after the call.
+-- The bell goes up before the entry can exist and is released again if
+-- the call leaves no entry.
 --
 -- Every statement that touches a table costs a table open in a stored
 -- procedure, so the name's whole state is read by one aggregate over its
@@ -113,12 +117,18 @@ proc: BEGIN
 	DECLARE v_flags TINYINT DEFAULT 0;
 	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
+	DECLARE v_rang INT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
 		RESIGNAL;
 	END;
+
+	IF p_bell <> '' THEN
+		SELECT COALESCE(GET_LOCK(p_bell, 0), 0) INTO v_rang;
+	END IF;
 
 	IF {FAST} THEN
 		SET v_spill = COALESCE(LENGTH(p_meta), 0) > {METAMAX};
@@ -168,7 +178,8 @@ proc: BEGIN
 		IF p_ttl > v_max_ttl AND NOT p_long THEN
 			ROLLBACK;
 			SET SESSION innodb_lock_wait_timeout = v_lwt;
-			SELECT 5, 0, 0, 0, 0, 0, NULL, 0, 0;
+			IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
+			SELECT 5, 0, 0, 0, 0, 0, NULL, 0, 0, 0;
 			LEAVE proc;
 		END IF;
 		IF v_seq IS NULL THEN
@@ -187,8 +198,12 @@ proc: BEGIN
 		SET v_now = UTC_TIMESTAMP(6);
 		SELECT owner, queued, token, expires INTO v_bowner, v_bqueued, v_btoken, v_first FROM {HOLDS}
 		 WHERE name = p_name AND queued = 0 ORDER BY token LIMIT 1;
+		IF v_rang = 1 AND NOT p_queue THEN
+			DO RELEASE_LOCK(p_bell);
+			SET v_rang = 0;
+		END IF;
 		SELECT 2, 0, 0, {US}v_now), 0, GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_first), 0), 0) * 1000,
-		       v_bowner, v_bqueued, COALESCE(v_btoken, 0);
+		       v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
 		LEAVE proc;
 	END IF;
 	SET v_now = UTC_TIMESTAMP(6);
@@ -265,7 +280,8 @@ proc: BEGIN
 			-- new incarnation would hand out again.
 			ROLLBACK;
 			SET SESSION innodb_lock_wait_timeout = v_lwt;
-			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0;
+			IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
+			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0, 0;
 			LEAVE proc;
 		END IF;
 		IF v_ok THEN
@@ -328,8 +344,12 @@ proc: BEGIN
 	END IF;
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	IF v_rang = 1 AND v_status > 1 AND NOT (v_status = 2 AND p_queue) THEN
+		DO RELEASE_LOCK(p_bell);
+		SET v_rang = 0;
+	END IF;
 	SELECT v_status, COALESCE(v_token, 0), COALESCE({US}v_created), 0), {US}v_now), COALESCE({US}v_expires), 0),
-	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0);
+	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS {RENEW}
