@@ -32,6 +32,13 @@ const maxPerStatement = 100
 // quarter of a pool's limit, at least one, if the pool has one).
 const maxBellConns = 4
 
+// maxCallBells bounds the bells of a connection that acquire calls run
+// on: every table a statement opens makes MariaDB look through the
+// session's metadata locks, user-level locks included, one by one, so a
+// session holding thousands of bells runs a procedure many times slower.
+// A connection with more bells only takes and releases bells.
+const maxCallBells = 64
+
 // bells holds a Store's bells: GET_LOCKs on a few connections of its own.
 // An acquire runs its procedure on an idle one of them, and the procedure
 // takes the entry's bell there itself, which saves a round trip; a
@@ -59,19 +66,41 @@ type bellConn struct {
 	acquire *sql.Stmt // the acquire procedure, prepared on conn
 	release *sql.Stmt // the release procedure, prepared on conn
 	pending []string  // guarded by bells.mu
+	n       int       // bells held on conn, guarded by bells.mu
 }
 
-// lock returns a bell connection, locked: an idle one, a new one while
-// there are fewer than maxBellConns, or, with wait set, the first once it
-// is free (nil without wait when all are busy, or after close).
-func (b *bells) lock(wait bool) *bellConn {
+// hold records that bc holds the bell name. b.mu is held.
+func (b *bells) hold(name string, bc *bellConn) {
+	if old := b.where[name]; old != nil {
+		old.n--
+	}
+	b.where[name] = bc
+	bc.n++
+}
+
+// forget records that the bell name is no longer held, and returns the
+// connection that held it, if any. b.mu is held.
+func (b *bells) forget(name string) *bellConn {
+	bc := b.where[name]
+	if bc != nil {
+		bc.n--
+		delete(b.where, name)
+	}
+	return bc
+}
+
+// lock returns a bell connection, locked: an idle one (for a call, one
+// with at most maxCallBells bells), a new one while there are fewer than
+// maxBellConns, or, with wait set, the first once it is free (nil without
+// wait when there is none, or after close).
+func (b *bells) lock(wait, call bool) *bellConn {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil
 	}
 	for _, bc := range b.conns {
-		if bc.mu.TryLock() {
+		if (!call || bc.n <= maxCallBells) && bc.mu.TryLock() {
 			b.mu.Unlock()
 			return bc
 		}
@@ -93,6 +122,13 @@ func (b *bells) lock(wait bool) *bellConn {
 		return nil
 	}
 	bc.mu.Lock()
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		bc.mu.Unlock()
+		return nil
+	}
 	return bc
 }
 
@@ -105,8 +141,12 @@ func (b *bells) unlock(bc *bellConn) {
 		bc.pending = nil
 		closed := b.closed
 		b.mu.Unlock()
-		if len(rel) > 0 && !closed {
-			b.exec(context.Background(), bc, "RELEASE_LOCK", rel)
+		for len(rel) > 0 && !closed {
+			k := min(len(rel), maxPerStatement)
+			if _, err := b.exec(context.Background(), bc, "RELEASE_LOCK", rel[:k]); err != nil {
+				break // the connection is gone, and its bells with it
+			}
+			rel = rel[k:]
 		}
 		bc.mu.Unlock()
 		b.mu.Lock()
@@ -148,7 +188,7 @@ func (b *bells) fail(bc *bellConn) {
 	defer b.mu.Unlock()
 	for n, c := range b.where {
 		if c == bc {
-			delete(b.where, n)
+			b.forget(n)
 			b.lost[n] = true
 		}
 	}
@@ -205,7 +245,7 @@ func (b *bells) take(ctx context.Context, name string) bool {
 	if held {
 		return false
 	}
-	bc := b.lock(true)
+	bc := b.lock(true, false)
 	if bc == nil {
 		return false
 	}
@@ -228,7 +268,7 @@ func (b *bells) take(ctx context.Context, name string) bool {
 	defer b.mu.Unlock()
 	for i, n := range names {
 		if res[i].Int64 == 1 {
-			b.where[n] = bc
+			b.hold(n, bc)
 		}
 	}
 	return res[0].Int64 == 1
@@ -241,11 +281,10 @@ func (b *bells) drop(names ...string) {
 	var touched []*bellConn
 	for _, n := range names {
 		delete(b.lost, n)
-		bc := b.where[n]
+		bc := b.forget(n)
 		if bc == nil {
 			continue
 		}
-		delete(b.where, n)
 		if !slices.Contains(touched, bc) {
 			touched = append(touched, bc)
 		}
@@ -266,8 +305,9 @@ func (b *bells) drop(names ...string) {
 // releaseCall runs the release procedure on the idle bell connection
 // that holds the first of the bells among names that are held, so that
 // the procedure releases that connection's bells itself (see ddlTemplate).
-// ok is false if there is no such connection, or it is busy: the caller
-// then calls the procedure on a pool connection. Either way the caller
+// ok is false if there is no such connection, or it is busy, or it holds
+// more than maxCallBells bells: the caller then calls the procedure on a
+// pool connection. Either way the caller
 // drops the bells after (drop skips those released here). keys builds the
 // procedure's argument from the bell to release for each key ("" for none).
 func (b *bells) releaseCall(ctx context.Context, names []string, prepare string, keys func(bells []string) string) (res string, ok bool, err error) {
@@ -278,7 +318,7 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 			break
 		}
 	}
-	if bc == nil || b.closed || !bc.mu.TryLock() {
+	if bc == nil || b.closed || bc.n > maxCallBells || !bc.mu.TryLock() {
 		b.mu.Unlock()
 		return "", false, nil
 	}
@@ -286,7 +326,7 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 	for i, n := range names {
 		if b.where[n] == bc {
 			ring[i] = n
-			delete(b.where, n)
+			b.forget(n)
 			delete(b.lost, n)
 		}
 	}
@@ -332,7 +372,7 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 // pool connection. call runs the procedure with the bell to take ("" if
 // it is held already) and reports whether the session holds it after.
 func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
-	bc := b.lock(false)
+	bc := b.lock(false, true)
 	if bc == nil {
 		return false, nil
 	}
@@ -366,7 +406,7 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 	}
 	if bell != "" && held {
 		b.mu.Lock()
-		b.where[name] = bc
+		b.hold(name, bc)
 		b.mu.Unlock()
 	}
 	return true, nil
