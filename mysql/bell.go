@@ -307,9 +307,9 @@ func (b *bells) drop(names ...string) {
 // the procedure releases that connection's bells itself (see ddlTemplate).
 // ok is false if there is no such connection, or it is busy, or it holds
 // more than maxCallBells bells: the caller then calls the procedure on a
-// pool connection. Either way the caller
-// drops the bells after (drop skips those released here). keys builds the
-// procedure's argument from the bell to release for each key ("" for none).
+// pool connection. Either way the caller drops the bells after (drop skips
+// those released here). keys builds the procedure's argument from the bell
+// to release for each key ("" for none).
 func (b *bells) releaseCall(ctx context.Context, names []string, prepare string, keys func(bells []string) string) (res string, ok bool, err error) {
 	b.mu.Lock()
 	var bc *bellConn
@@ -367,9 +367,9 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 
 // acquireCall runs the acquire procedure on an idle bell connection, so
 // that the procedure takes the bell called name itself, saving a round
-// trip (see ddlTemplate). ok is false if every bell connection was busy:
-// the caller then takes the bell with take and calls the procedure on a
-// pool connection. call runs the procedure with the bell to take ("" if
+// trip (see ddlTemplate). ok is false if no bell connection was idle with
+// at most maxCallBells bells (or none could be opened): the caller then
+// takes the bell with take and calls the procedure on a pool connection. call runs the procedure with the bell to take ("" if
 // it is held already) and reports whether the session holds it after.
 func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
 	bc := b.lock(false, true)
