@@ -830,6 +830,67 @@ func TestBatchRows(t *testing.T) {
 	}
 }
 
+// TestLargeBatch: a batch large enough to be decoded on several cores
+// renews and releases every name, and one invalid row in it fails the
+// whole batch with an error naming the row, writing nothing.
+func TestLargeBatch(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	s := open(t, path, nil)
+	var holds []driver.Hold
+	var keys []driver.Key
+	tokens := map[string]uint64{}
+	for i := range 1000 {
+		n := fmt.Sprintf("n%04d", i)
+		g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o", Mode: 1, TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("Acquire %q: %v", n, err)
+		}
+		tokens[n] = g.Token
+		holds = append(holds, driver.Hold{Name: n, Owner: "o", TTL: 2 * time.Minute})
+		keys = append(keys, driver.Key{Name: n, Owner: "o"})
+	}
+	gs, err := s.Renew(ctx, holds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range holds {
+		if gs[i] == nil || gs[i].Token != tokens[h.Name] {
+			t.Fatalf("Renew %q: %+v, want the hold of token %d", h.Name, gs[i], tokens[h.Name])
+		}
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`UPDATE baton_locks SET state = '{"seq":' WHERE name = 'n0777'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, keys); err == nil || !strings.Contains(err.Error(), `row "n0777"`) {
+		t.Fatalf("Release of a batch with an invalid row: %v, want an error naming the row", err)
+	}
+	var held int
+	if err := raw.QueryRow(`SELECT count(*) FROM baton_locks WHERE state LIKE '%"holders":%'`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 999 {
+		t.Fatalf("after the failed Release, %d rows hold, want 999", held)
+	}
+	if _, err := raw.Exec(`DELETE FROM baton_locks WHERE name = 'n0777'`); err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.Release(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if released[i] != (k.Name != "n0777") {
+			t.Errorf("Release %q: %v", k.Name, released[i])
+		}
+	}
+}
+
 // rows counts the rows of the default table of the file at path.
 func rows(t *testing.T, path string) int {
 	t.Helper()
