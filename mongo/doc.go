@@ -36,7 +36,9 @@
 // server's clock ($$NOW), never a client's:
 //   - an exclusive acquire, and a release of a live hold, are decided on
 //     the server by one pipeline update (findAndModify) that grants, queues
-//     or releases as baton's rules say;
+//     or releases as baton's rules say; the commonest cases (a name without
+//     entries, a hold that is its name's only entry) by a smaller command
+//     first;
 //   - anything else (shared modes, limits, renewals, purges) reads the
 //     document with the server's time, applies baton's rules, and writes it
 //     back only if its version is unchanged.

@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -115,6 +116,16 @@ func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.
 	}
 	if len(meta) > 0 {
 		in = append(in, bson.E{Key: "_meta", Value: meta})
+	}
+	if !d.isBusy(req.Name) {
+		g, err := d.acquireAlone(ctx, req, meta)
+		if err != nil {
+			return nil, false, nil, now, err
+		}
+		if g != nil {
+			return g, false, nil, g.Created, nil
+		}
+		d.setBusy(req.Name)
 	}
 	ver := newVer()
 	in = append(in, bson.E{Key: "_ver", Value: ver})
@@ -268,6 +279,13 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 		return nil, err
 	}
 	out := make([]bool, len(keys))
+	if len(keys) == 1 && !d.isBusy(keys[0].Name) {
+		ok, err := d.releaseAlone(ctx, keys[0])
+		if err != nil || ok {
+			return []bool{ok}, err
+		}
+		d.setBusy(keys[0].Name)
+	}
 	models := make([]mongo.WriteModel, len(keys))
 	vers := make([]int64, len(keys))
 	for i, k := range keys {
@@ -307,6 +325,96 @@ func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, erro
 		out[i] = have[k.Name] == vers[i]
 	}
 	return out, nil
+}
+
+// acquireAlone grants an exclusive request on a name whose document has
+// no entry at all, or that has no document yet, by a small pipeline in one
+// upsert; it returns nil, nil when the document has entries, having
+// written nothing (the upsert then fails on the document's _id).
+func (d *docs) acquireAlone(ctx context.Context, req *driver.Request, meta bson.A) (*driver.Grant, error) {
+	e := bson.D{{Key: "o", Value: lit(req.Owner)}, {Key: "m", Value: int32(driver.Exclusive)}, {Key: "t", Value: "$seq"}}
+	if req.Host != "" {
+		e = append(e, bson.E{Key: "host", Value: lit(req.Host)})
+	}
+	if len(meta) > 0 {
+		e = append(e, bson.E{Key: "meta", Value: meta})
+	}
+	e = append(e, bson.E{Key: "ttl", Value: int64(req.TTL)}, bson.E{Key: "c", Value: "$_now"}, bson.E{Key: "r", Value: "$_now"},
+		bson.E{Key: "x", Value: add("$_now", int64(req.TTL))})
+	pipeline := bson.A{
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "seq", Value: add(bson.D{{Key: "$ifNull", Value: bson.A{"$seq", int64(0)}}}, int64(1))},
+			{Key: "tkt", Value: bson.D{{Key: "$ifNull", Value: bson.A{"$tkt", int64(0)}}}},
+			{Key: "v", Value: newVer()}, {Key: "a", Value: true}, {Key: "_now", Value: nowNS},
+		}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "h", Value: bson.A{e}}}}},
+		bson.D{{Key: "$unset", Value: bson.A{"_now", "fr"}}},
+	}
+	filter := bson.D{
+		{Key: "_id", Value: req.Name},
+		{Key: "h", Value: bson.D{{Key: "$exists", Value: false}}},
+		{Key: "q", Value: bson.D{{Key: "$exists", Value: false}}},
+	}
+	var out document
+	err := d.coll.FindOneAndUpdate(ctx, filter, pipeline,
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After).SetProjection(bson.D{{Key: "h", Value: 1}}),
+	).Decode(&out)
+	if mongo.IsDuplicateKeyError(err) {
+		return nil, nil // the document has entries (or was just inserted by another)
+	}
+	if err != nil {
+		return nil, d.opErr(err)
+	}
+	if len(out.Holders) != 1 || out.Holders[0].Owner != req.Owner {
+		return nil, fmt.Errorf("mongo: the grant of %q returned %d holders", req.Name, len(out.Holders))
+	}
+	h := out.Holders[0]
+	return &driver.Grant{Token: uint64(h.Token), Created: fromNanos(h.Created), Renewed: fromNanos(h.Renewed), Expires: fromNanos(h.Expires)}, nil
+}
+
+// busyFor is how long a name whose document had entries, when a small
+// command expected none, goes straight to the pipelines: under contention
+// the small commands would only add a round trip.
+var busyFor = time.Second
+
+func (d *docs) isBusy(name string) bool {
+	d.queuedMu.Lock()
+	defer d.queuedMu.Unlock()
+	until, ok := d.busy[name]
+	return ok && time.Now().Before(until)
+}
+
+func (d *docs) setBusy(name string) {
+	d.queuedMu.Lock()
+	defer d.queuedMu.Unlock()
+	if d.busy == nil || len(d.busy) >= maxQueued {
+		d.busy = map[string]time.Time{}
+	}
+	d.busy[name] = time.Now().Add(busyFor)
+}
+
+// releaseAlone releases k by a plain update when the owner's live hold is
+// the name's only entry (no other holder, no queue entry, live or not):
+// then lockstate's Release leaves no entry and Promote has no one to hand
+// the lock to. It reports whether it released; otherwise it wrote
+// nothing.
+func (d *docs) releaseAlone(ctx context.Context, k driver.Key) (bool, error) {
+	filter := bson.D{
+		{Key: "_id", Value: k.Name},
+		{Key: "h", Value: bson.D{{Key: "$size", Value: 1}}},
+		{Key: "h.o", Value: k.Owner},
+		{Key: "q", Value: bson.D{{Key: "$exists", Value: false}}},
+		{Key: "$expr", Value: bson.D{{Key: "$gt", Value: bson.A{first("$h.x"), nowNS}}}},
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: "v", Value: newVer()}, {Key: "fr", Value: freedFor("*")}}},
+		{Key: "$unset", Value: bson.D{{Key: "h", Value: ""}, {Key: "a", Value: ""}}},
+	}
+	res, err := d.coll.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return false, d.opErr(err)
+	}
+	return res.ModifiedCount == 1, nil
 }
 
 // Acquire implements driver.Store: the server decides exclusive requests

@@ -167,6 +167,7 @@ type docs struct {
 	queued   map[driver.Key]mark   // waiters this store queued (see Store.Acquire)
 	heads    map[driver.Key]bool   // waiters the change stream woke as the head of the queue
 	handed   map[driver.Key]*entry // holds the change stream found handed to waiters
+	busy     map[string]time.Time  // names the small commands skip until then
 
 	stream stream
 	closed atomic.Bool

@@ -97,6 +97,9 @@ func conformance(t *testing.T) {
 // documents, with the hand-off to queued requests (lockstate.Promote) that
 // every write letting an entry go does.
 func TestModel(t *testing.T) {
+	// Every command first tries the small ones (acquireAlone,
+	// releaseAlone), so that the model checks them and the pipelines.
+	defer batonmongo.SetBusyFor(0)()
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		drivertest.Model(t, drivertest.ModelConfig{
 			Open:     func(t testing.TB) driver.Store { return openIn(t, caseCollection(t)) },

@@ -123,6 +123,35 @@ func TestExpiryByServerTime(t *testing.T) {
 	})
 }
 
+// TestReleaseExpired: a hold whose time ran out on the server's clock is
+// not released as if it were held, by the small release (the name's only
+// entry) or the pipeline, and the name goes on with a larger token.
+func TestReleaseExpired(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t)
+		n := "release-expired/" + collection
+		g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(g.Expires) + 50*time.Millisecond)
+		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || held[0] {
+			t.Fatalf("Release of an expired hold = %v, %v; want not held", held, err)
+		}
+		g2, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "w", Mode: driver.Exclusive, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g2.Token <= g.Token {
+			t.Errorf("token %d after %d", g2.Token, g.Token)
+		}
+		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "w"}}); err != nil || !held[0] {
+			t.Fatalf("Release of a live hold = %v, %v; want held", held, err)
+		}
+	})
+}
+
 // The store refuses FerretDB, whose updates are not atomic, with an error
 // that says so, at Open and at a New store's first call.
 func TestRefusesFerretDB(t *testing.T) {
