@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -410,4 +411,40 @@ func TestHandOffOnExpiry(t *testing.T) {
 		}
 		s.Release(ctx, []driver.Key{{Name: n, Owner: "w"}, {Name: n, Owner: "z"}})
 	})
+}
+
+// BenchmarkCycle measures one exclusive acquire and release of a name
+// nobody else uses, in the store, at w:1 (no wait for the journal or
+// the other members: the server's own work) and at the default majority
+// write concern; ns/op is one cycle. BENCHMARKS.md quotes it.
+func BenchmarkCycle(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		for _, w := range []string{"1", "majority"} {
+			b.Run(srv.Name+"/w="+w, func(b *testing.B) {
+				ctx := context.Background()
+				u, err := url.Parse(srv.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				q := u.Query()
+				q.Set("w", w)
+				u.RawQuery = q.Encode()
+				s, err := batonmongo.Open(ctx, u.String(), &batonmongo.Options{Collection: collection})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				req := &driver.Request{Name: "cycle/" + srv.Name + "/" + w, Owner: "o", Mode: driver.Exclusive, TTL: time.Minute}
+				key := []driver.Key{{Name: req.Name, Owner: req.Owner}}
+				for b.Loop() {
+					if _, err := s.Acquire(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+					if held, err := s.Release(ctx, key); err != nil || !held[0] {
+						b.Fatalf("Release = %v, %v", held, err)
+					}
+				}
+			})
+		}
+	}
 }
