@@ -93,7 +93,9 @@ type prefetchKey struct{}
 // Expired entries are dropped by every write. The command returns the
 // document and the server's time: when it wrote nothing (pre is set), the
 // caller decides the general way from them. freed reports that entries
-// left. Requests that are not exclusive go the general way.
+// left. Requests that are not exclusive go the general way. A name
+// without entries is granted by acquireAlone, tried first unless the name
+// is busy.
 func (d *docs) acquireFree(ctx context.Context, req *driver.Request) (g *driver.Grant, freed bool, pre *prefetch, now time.Time, err error) {
 	if req.Mode != driver.Exclusive {
 		return nil, false, nil, now, nil
@@ -273,7 +275,8 @@ func acquireStages(sid string) mongo.Pipeline {
 // request becomes the holder, with the next token. It reports which keys
 // it released. The others (an expired hold, a queue entry, a shared head
 // of the queue) go the general way. The keys' names are distinct: each
-// write's version tells whether it was the one that matched.
+// write's version tells whether it was the one that matched. A single
+// key is first released by releaseAlone, unless its name is busy.
 func (d *docs) releaseHeld(ctx context.Context, keys []driver.Key) ([]bool, error) {
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
@@ -366,7 +369,7 @@ func (d *docs) acquireAlone(ctx context.Context, req *driver.Request, meta bson.
 		return nil, d.opErr(err)
 	}
 	if len(out.Holders) != 1 || out.Holders[0].Owner != req.Owner {
-		return nil, fmt.Errorf("mongo: the grant of %q returned %d holders", req.Name, len(out.Holders))
+		return nil, fmt.Errorf("mongo: the grant of %q returned %d holders, not the owner's hold alone", req.Name, len(out.Holders))
 	}
 	h := out.Holders[0]
 	return &driver.Grant{Token: uint64(h.Token), Created: fromNanos(h.Created), Renewed: fromNanos(h.Renewed), Expires: fromNanos(h.Expires)}, nil
