@@ -760,13 +760,10 @@ func TestCounterPastItsEpoch(t *testing.T) {
 	}
 }
 
-// A batch (Renew, Release) reads and writes its rows in one statement
-// each: names that JSON must escape come back as they went in, and a name
-// given twice in one batch is decided twice, as one at a time would.
-func TestBatchRows(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	s := open(t, filepath.Join(t.TempDir(), "locks.db"), nil)
-	names := []string{`a"b`, `x'y`, `c\d`, "ü/ß/😀", "[1,2]", `{"k":1}`, "tab\u2028sep", "<&>"}
+// holdAll takes each name for owner "o", and returns the renewals of
+// those holds (TTL 2 minutes), their keys and their tokens by name.
+func holdAll(ctx context.Context, t *testing.T, s driver.Store, names []string) ([]driver.Hold, []driver.Key, map[string]uint64) {
+	t.Helper()
 	var holds []driver.Hold
 	var keys []driver.Key
 	tokens := map[string]uint64{}
@@ -779,6 +776,17 @@ func TestBatchRows(t *testing.T) {
 		holds = append(holds, driver.Hold{Name: n, Owner: "o", TTL: 2 * time.Minute})
 		keys = append(keys, driver.Key{Name: n, Owner: "o"})
 	}
+	return holds, keys, tokens
+}
+
+// A batch (Renew, Release) reads and writes its rows in one statement
+// each: names that JSON must escape come back as they went in, and a name
+// given twice in one batch is decided twice, as one at a time would.
+func TestBatchRows(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	s := open(t, filepath.Join(t.TempDir(), "locks.db"), nil)
+	names := []string{`a"b`, `x'y`, `c\d`, "ü/ß/😀", "[1,2]", `{"k":1}`, "tab\u2028sep", "<&>"}
+	holds, keys, tokens := holdAll(ctx, t, s, names)
 	gs, err := s.Renew(ctx, append(holds, driver.Hold{Name: "never", Owner: "o", TTL: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
@@ -837,19 +845,11 @@ func TestLargeBatch(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	s := open(t, path, nil)
-	var holds []driver.Hold
-	var keys []driver.Key
-	tokens := map[string]uint64{}
-	for i := range 1000 {
-		n := fmt.Sprintf("n%04d", i)
-		g, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o", Mode: 1, TTL: time.Minute})
-		if err != nil {
-			t.Fatalf("Acquire %q: %v", n, err)
-		}
-		tokens[n] = g.Token
-		holds = append(holds, driver.Hold{Name: n, Owner: "o", TTL: 2 * time.Minute})
-		keys = append(keys, driver.Key{Name: n, Owner: "o"})
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%04d", i)
 	}
+	holds, keys, tokens := holdAll(ctx, t, s, names)
 	gs, err := s.Renew(ctx, holds)
 	if err != nil {
 		t.Fatal(err)
