@@ -369,8 +369,9 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 // that the procedure takes the bell called name itself, saving a round
 // trip (see ddlTemplate). ok is false if no bell connection was idle with
 // at most maxCallBells bells (or none could be opened): the caller then
-// takes the bell with take and calls the procedure on a pool connection. call runs the procedure with the bell to take ("" if
-// it is held already) and reports whether the session holds it after.
+// takes the bell with take and calls the procedure on a pool connection.
+// call runs the procedure with the bell to take ("" if it is held
+// already) and reports whether the session holds it after.
 func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
 	bc := b.lock(false, true)
 	if bc == nil {
