@@ -33,3 +33,31 @@ func RenewMany(b *testing.B, s driver.Store, n int) {
 		}
 	}
 }
+
+// ReleaseMany benchmarks s's Release of n holds of one owner, on names of
+// their own that it takes again before each call (not timed): the calls
+// Close makes for a client that holds many locks. ns/op is one call.
+func ReleaseMany(b *testing.B, s driver.Store, n int) {
+	b.Helper()
+	ctx := context.Background()
+	keys := make([]driver.Key, n)
+	for i := range keys {
+		keys[i] = driver.Key{Name: fmt.Sprintf("release-%04d", i), Owner: "owner"}
+	}
+	for b.Loop() {
+		b.StopTimer()
+		for _, k := range keys {
+			if _, err := s.Acquire(ctx, &driver.Request{Name: k.Name, Owner: k.Owner, Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		held, err := s.Release(ctx, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !held[len(held)-1] {
+			b.Fatal("a hold was not released")
+		}
+	}
+}

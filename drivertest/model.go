@@ -43,7 +43,8 @@ type ModelConfig struct {
 
 // Model compares a store with lockstate, baton's reference grant rules:
 // a random walk of acquires (exclusive, shared, semaphores of 1–3;
-// queued or not), releases and renewals by seven owners on two names,
+// queued or not), releases and renewals (one hold, or a batch across
+// both names) by seven owners on two names,
 // applied to both. After every step the outcomes must agree (granted,
 // extended, refused, mode or limit conflict), the tokens must agree up to
 // their values (a store's token may be any strictly increasing number:
@@ -243,6 +244,46 @@ func Model(t *testing.T, cfg ModelConfig) {
 			got, err := s.Release(ctx, []driver.Key{{Name: name, Owner: owner}})
 			if err != nil || got[0] != want {
 				t.Fatalf("step %d (%s): %v, %v; the model says %v", step, what, got, err, want)
+			}
+		case rng.IntN(2) == 0:
+			// A batch, as keepalive sends: several holds of both names
+			// (or no hold at all), in random order.
+			var holds []driver.Hold
+			seen := map[string]bool{}
+			for range 2 + rng.IntN(6) {
+				n, o := names[rng.IntN(len(names))], owners[rng.IntN(len(owners))]
+				if !seen[n+"/"+o] {
+					seen[n+"/"+o] = true
+					holds = append(holds, driver.Hold{Name: n, Owner: o, TTL: ttl})
+				}
+			}
+			var each []string
+			for _, h := range holds {
+				each = append(each, h.Name[len(run):]+" "+h.Owner)
+			}
+			what = "renew " + strings.Join(each, ", ")
+			got, err := s.Renew(ctx, holds)
+			if err != nil {
+				t.Fatalf("step %d (%s): %v", step, what, err)
+			}
+			if len(got) != len(holds) {
+				t.Fatalf("step %d (%s): %d results for %d holds", step, what, len(got), len(holds))
+			}
+			for i, h := range holds {
+				want := model[h.Name].Renew(h.Name, h.Owner, ttl, time.Now())
+				switch {
+				case (got[i] == nil) != (want == nil):
+					t.Fatalf("step %d (%s): %s %s renewed %v, the model says %v", step, what, h.Name[len(run):], h.Owner, got[i] != nil, want != nil)
+				case want != nil:
+					token(step, what, h.Name, want.Token, got[i].Token, true)
+				}
+			}
+			// Every name is checked, the step's own last.
+			for _, n := range names {
+				if n != name {
+					promote(n)
+					check(step, what, n, nil)
+				}
 			}
 		default:
 			what = fmt.Sprintf("renew %s %s", name[len(run):], owner)

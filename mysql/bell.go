@@ -39,6 +39,14 @@ const maxBellConns = 4
 // A connection with more bells only takes and releases bells.
 const maxCallBells = 64
 
+// maxBells bounds the bells a Store holds. MariaDB's GET_LOCK looks
+// through the session's user-level locks one by one, so a session's bells
+// slow down each one it takes after them (MySQL keeps them in a hash, but
+// a client holding many locks takes them faster there too with the bound:
+// see BENCHMARKS.md). An entry taken while the Store holds that many has no
+// bell, and its waiters poll, backing off.
+const maxBells = 4096
+
 // bells holds a Store's bells: GET_LOCKs on a few connections of its own.
 // An acquire runs its procedure on an idle one of them, and the procedure
 // takes the entry's bell there itself, which saves a round trip; a
@@ -55,7 +63,11 @@ type bells struct {
 	where  map[string]*bellConn // the connection each held bell is on
 	lost   map[string]bool      // bells of a connection that failed: taken again by the next take
 	closed bool
+	max    int // bells held at most (0: no bound)
 }
+
+// full reports whether no more bells may be taken. b.mu is held.
+func (b *bells) full() bool { return b.max > 0 && len(b.where) >= b.max }
 
 // bellConn is one bell connection. Its mutex is held while a statement
 // runs on it; bells to release while it is busy wait in pending, and
@@ -241,8 +253,9 @@ func (b *bells) take(ctx context.Context, name string) bool {
 	b.mu.Lock()
 	_, held := b.where[name]
 	delete(b.lost, name)
+	full := b.full()
 	b.mu.Unlock()
-	if held {
+	if held || full {
 		return false
 	}
 	bc := b.lock(true, false)
@@ -392,8 +405,8 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 	b.mu.Lock()
 	delete(b.lost, name)
 	bell := name
-	if b.where[name] != nil {
-		bell = "" // held already (on this connection or another)
+	if b.where[name] != nil || b.full() {
+		bell = "" // held already (on this connection or another), or none
 	}
 	b.mu.Unlock()
 	held, err := call(bc.acquire, bell)

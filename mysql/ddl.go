@@ -184,7 +184,8 @@ func DDL(opts *Options) (string, error) {
 // every change to a name happens while the transaction holds that name's
 // counters row FOR UPDATE, so the row lock serializes everything done to
 // one name across all clients. Renew and Release lock the names of a batch
-// in byte order and Purge takes one name per transaction, so that no two
+// in byte order (Renew all of them in one statement, from a batch the
+// client sorted) and Purge takes one name per transaction, so that no two
 // transactions can wait for each other's rows in a cycle. The counters row
 // of a name is created on first use with INSERT … ON DUPLICATE KEY UPDATE,
 // which takes an exclusive lock even when it finds the row inserted by a

@@ -74,3 +74,10 @@ func Watches(s *Store) int {
 func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
 	return s.reclaim(ctx, every)
 }
+
+// SetMaxBells bounds the bells s holds (0: no bound), as on MariaDB.
+func SetMaxBells(s *Store, n int) {
+	s.bells.mu.Lock()
+	s.bells.max = n
+	s.bells.mu.Unlock()
+}

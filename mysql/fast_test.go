@@ -160,3 +160,20 @@ func TestEpochFull(t *testing.T) {
 		}
 	})
 }
+
+// TestRaiseOnNewTable: a Renew that is a fast table's first call raises
+// the longest TTL before anything starts an incarnation; the incarnation's
+// grace period covers what was granted before the raise (nothing), so
+// the next acquire is granted at once.
+func TestRaiseOnNewTable(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t, freshTable(t))
+		if _, err := s.Renew(ctx, []driver.Hold{{Name: "n", Owner: "a", TTL: 30 * time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "b", Mode: driver.Exclusive, TTL: 30 * time.Second}); err != nil {
+			t.Fatalf("acquire after the first renew: %v", err)
+		}
+	})
+}

@@ -118,6 +118,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,7 +335,7 @@ func newStore(db *sql.DB, o Options) *Store {
 		refused: make(map[driver.Key]*blocker),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.bells = &bells{db: db, where: map[string]*bellConn{}, lost: map[string]bool{}}
+	s.bells = &bells{db: db, where: map[string]*bellConn{}, lost: map[string]bool{}, max: maxBells}
 	return s
 }
 
@@ -881,11 +882,13 @@ func cut(s string, n int) string {
 	return s[:n]
 }
 
-// holdsJSON encodes holds as the renew procedure's argument.
-func holdsJSON(holds []driver.Hold) string {
+// holdsJSON encodes holds, in the order of their indexes in order, as the
+// renew procedure's argument.
+func holdsJSON(holds []driver.Hold, order []int) string {
 	var sb strings.Builder
 	sb.WriteByte('[')
-	for i, h := range holds {
+	for i, k := range order {
+		h := holds[k]
 		if i > 0 {
 			sb.WriteByte(',')
 		}
@@ -960,7 +963,14 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	if len(holds) == 0 {
 		return out, nil
 	}
-	arg := holdsJSON(holds)
+	// The procedure locks the names in the order it is given them: byte
+	// order, as every batch does (see the package's SQL).
+	order := make([]int, len(holds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(holds[a].Name, holds[b].Name) })
+	arg := holdsJSON(holds, order)
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	if s.fast {
@@ -986,7 +996,7 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 			if i < 1 || i > len(out) {
 				return fmt.Errorf("renew: entry %d out of range", i)
 			}
-			out[i-1] = &driver.Grant{Token: uint64(f[0]), Created: usTime(f[1]), Renewed: usTime(f[2]), Expires: usTime(f[3])}
+			out[order[i-1]] = &driver.Grant{Token: uint64(f[0]), Created: usTime(f[1]), Renewed: usTime(f[2]), Expires: usTime(f[3])}
 			return nil
 		})
 	})

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -673,6 +674,45 @@ func TestLostBells(t *testing.T) {
 	})
 }
 
+// TestMaxBells: a Store that holds as many bells as it may (on MariaDB,
+// where each costs every later GET_LOCK of its session) takes no more;
+// the entries it takes then have none, and their waiters still get the
+// lock when it is released.
+func TestMaxBells(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		sa := open(t, table)
+		a := client(t, sa, nil)
+		b := client(t, open(t, table), nil)
+		mysql.SetMaxBells(sa, 2)
+		n := "maxbells/" + t.Name() + "/"
+		var ls []*baton.Lease
+		for i := range 3 {
+			ls = append(ls, mustLock(t, ctx, a, n+strconv.Itoa(i)))
+		}
+		if got := mysql.HeldBells(sa); got != 2 {
+			t.Errorf("%d bells held for 3 locks, want 2", got)
+		}
+		ch := make(chan error, 1)
+		go func() {
+			l, err := b.Lock(ctx, n+"2", nil)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			ch <- err
+		}()
+		waitQueued(t, ctx, a, n+"2", 1)
+		for _, l := range ls {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestInTx checks that a transaction under the lock excludes leases and
 // other transactions, waits for a lease holder, gets tokens from the same
 // counter, and commits or rolls back with fn.
@@ -887,9 +927,26 @@ func TestBellConnsNotHeldUp(t *testing.T) {
 }
 
 // TestModel checks the store's stored procedures against lockstate's rules.
+// The model's TTLs are an hour: on a fast table with the default MaxGrace
+// its holds are long leases, with a MaxGrace above an hour plain ones.
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store { return open(t, freshTable(t)) }})
+		for _, c := range []struct {
+			name string
+			opts mysql.Options
+		}{
+			{"fast/long", mysql.Options{}},
+			{"fast/plain", mysql.Options{MaxGrace: 2 * time.Hour}},
+			{"durable", mysql.Options{Durable: true}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store {
+					o := c.opts
+					o.Table = freshTable(t)
+					return openWith(t, &o)
+				}})
+			})
+		}
 	})
 }
 

@@ -358,11 +358,17 @@ CREATE PROCEDURE {RENEW}(IN p_holds LONGTEXT CHARACTER SET utf8mb4)
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
 -- renew extends the live holds of a JSON array of [hex name, hex owner,
--- TTL in nanoseconds] and returns "i,token,created,renewed,expires;" for
--- each hold renewed (i counts from 1). Holds that are not live are skipped
--- without locking their name.
+-- TTL in nanoseconds], sorted by name, and returns
+-- "i,token,created,renewed,expires;" for each hold renewed (i counts from
+-- 1). Holds that are not live are skipped without locking their name.
+--
+-- One hold (a lease's own renewal) takes a few statements on its name. A
+-- batch (keepalive's, for a client holding many locks) takes the same
+-- steps once for all its names, whatever their number: the names' rows
+-- are locked by one statement, in the batch's order, which is byte order
+-- as in RELEASE, so that no two batches wait for each other in a cycle.
 proc: BEGIN
-	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
+	DECLARE v_n, v_x, v_long INT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
 	DECLARE v_ttl BIGINT;
@@ -370,24 +376,15 @@ proc: BEGIN
 	DECLARE v_now, v_created, v_expires DATETIME(6);
 	DECLARE v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_live LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
 	DECLARE v_f TINYINT DEFAULT 0;
 	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
 	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE cur CURSOR FOR
-		SELECT j.i, UNHEX(j.n), UNHEX(j.o), j.t
-		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
-		         i FOR ORDINALITY,
-		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]',
-		         t BIGINT PATH '$[2]')) AS j
-		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
-		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.queued = 0
-		                  AND e.expires > UTC_TIMESTAMP(6))
-		 ORDER BY UNHEX(j.n), j.i;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
 		RESIGNAL;
 	END;
 
@@ -403,55 +400,95 @@ proc: BEGIN
 	{LOCKWAIT}
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;
-	-- One hold (a lease's own renewal) needs no cursor, which costs a
-	-- temporary table.
-	SET v_single = JSON_LENGTH(p_holds) = 1;
-	IF v_single THEN
+	IF JSON_LENGTH(p_holds) = 1 THEN
 		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][0]'))),
 		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][1]'))),
 		    v_ttl = JSON_EXTRACT(p_holds, '$[0][2]');
-	ELSE
-		OPEN cur;
-	END IF;
-	renew_loop: LOOP
-		IF v_single THEN
-			IF v_i = 1 THEN
-				LEAVE renew_loop;
+		SELECT COUNT(*) INTO v_x FROM {HOLDS}
+		 WHERE name = v_name AND owner = v_owner AND queued = 0 AND expires > UTC_TIMESTAMP(6);
+		IF v_x = 1 THEN
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
+			SET v_now = UTC_TIMESTAMP(6);
+			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
+			SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
+			  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
+			IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
+				SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
 			END IF;
-			SET v_i = 1;
-			SELECT COUNT(*) INTO v_x FROM {HOLDS}
-			 WHERE name = v_name AND owner = v_owner AND queued = 0 AND expires > UTC_TIMESTAMP(6);
-			IF v_x = 0 THEN
-				LEAVE renew_loop;
-			END IF;
-		ELSE
-			FETCH cur INTO v_i, v_name, v_owner, v_ttl;
-			IF v_done THEN
-				LEAVE renew_loop;
-			END IF;
-		END IF;
-		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
-		SET v_now = UTC_TIMESTAMP(6);
-		DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-		SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
-		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
-		IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
-			SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
-		END IF;
-		IF v_n = 1 THEN
-			SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
-			UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
-			 WHERE name = v_name AND owner = v_owner;
-			IF v_f & 1 THEN
-				UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+			IF v_n = 1 THEN
+				SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
+				UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
 				 WHERE name = v_name AND owner = v_owner;
+				IF v_f & 1 THEN
+					UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+					 WHERE name = v_name AND owner = v_owner;
+				END IF;
+				SET v_out = CONCAT('1,', v_token, ',', {US}v_created), ',', {US}v_now), ',', {US}v_expires), ';');
 			END IF;
-			SET v_out = CONCAT(v_out, v_i, ',', v_token, ',', {US}v_created), ',', {US}v_now), ',',
-			                   {US}v_expires), ';');
 		END IF;
-	END LOOP;
-	IF NOT v_single THEN
-		CLOSE cur;
+	ELSE
+		-- The results are built by GROUP_CONCAT, which cuts them at
+		-- group_concat_max_len: the session's value is put back below.
+		SET v_gcl = @@SESSION.group_concat_max_len;
+		SET SESSION group_concat_max_len = GREATEST(v_gcl, 2 * LENGTH(p_holds) + 1024);
+		-- The live holds, in the batch's order (a scan of JSON_TABLE's
+		-- rows), as [i, hex name, hex owner, TTL]. The table is read here
+		-- and not in the statement that waits for the names' row locks: a
+		-- MEMORY table stays locked for the whole of a statement that
+		-- reads it.
+		SELECT CONCAT('[', GROUP_CONCAT('[', j.i, ',"', j.n, '","', j.o, '",', j.t, ']'), ']') INTO v_live
+		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
+		         i FOR ORDINALITY,
+		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]',
+		         t BIGINT PATH '$[2]')) AS j
+		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.queued = 0
+		                  AND e.expires > UTC_TIMESTAMP(6));
+		IF v_live IS NOT NULL THEN
+			-- An UPDATE that changes nothing: it locks the rows it finds,
+			-- as SELECT … FOR UPDATE would (which MySQL refuses with a
+			-- JSON_TABLE in it), and writes no log. The index is forced on
+			-- every table joined here: a small table would be scanned, and
+			-- the scan would wait for the rows of other names.
+			UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
+			  STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = UNHEX(j.n)
+			   SET c.seq = c.seq;
+			SET v_now = UTC_TIMESTAMP(6);
+			DELETE h FROM JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n)
+			 WHERE h.expires <= v_now;
+			-- A plain hold longer than the grace period covers is not
+			-- renewed (the client RAISEs first).
+			UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
+			         t BIGINT PATH '$[3]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND
+			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
+			SELECT COALESCE(GROUP_CONCAT(j.i, ',', h.token, ',', {US}h.created), ',', {US}h.renewed), ',', {US}h.expires)
+			                             ORDER BY j.i SEPARATOR ';'), ''),
+			       COALESCE(SUM(h.flags & 1), 0)
+			  INTO v_out, v_long
+			  FROM JSON_TABLE(v_live, '$[*]' COLUMNS (
+			         i INT PATH '$[0]',
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
+			         t BIGINT PATH '$[3]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
+			IF v_long > 0 THEN
+				UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]')) AS j
+				  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				  STRAIGHT_JOIN {LONG} l FORCE INDEX (PRIMARY) ON l.name = h.name AND l.owner = h.owner
+				   SET l.ttl_ns = h.ttl_ns, l.renewed = h.renewed, l.expires = h.expires
+				 WHERE h.queued = 0 AND h.flags & 1 AND h.renewed = v_now;
+			END IF;
+		END IF;
+		SET SESSION group_concat_max_len = v_gcl;
 	END IF;
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
@@ -862,10 +899,20 @@ COMMENT '{VERSION}'
 BEGIN
 	DECLARE v_epoch INT UNSIGNED;
 	DECLARE v_max BIGINT;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		RESIGNAL;
 	END;
+	-- The incarnation starts first: its grace period covers the leases
+	-- granted before this raise, not the longer ones it allows.
+	IF {FAST} THEN
+		SELECT server INTO v_srv FROM {STATE} WHERE name = '';
+		IF v_srv IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+		END IF;
+	END IF;
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 	START TRANSACTION;
 	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1 FOR UPDATE;
