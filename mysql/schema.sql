@@ -561,7 +561,7 @@ proc: BEGIN
 			-- for them all; the loop below sees the other entries.
 			SET v_gcl = @@SESSION.group_concat_max_len;
 			SET SESSION group_concat_max_len = 1 << 30;
-			SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), '') INTO v_out
+			SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
 			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
 			         i FOR ORDINALITY,
 			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
@@ -575,6 +575,16 @@ proc: BEGIN
 			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
 			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
 			 WHERE h.queued = 0 AND h.flags = 0;
+			IF v_n = JSON_LENGTH(p_keys) THEN
+				-- Every key was a live plain hold (a Close, commonly): the
+				-- loop below would find nothing.
+				SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
+				  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
+				 WHERE j.b <> '';
+				SELECT v_out;
+				LEAVE proc;
+			END IF;
+			SET v_n = 0;
 		END IF;
 		-- A long lease's hold comes back with a new incarnation: start it
 		-- now, so that the release removes it.
