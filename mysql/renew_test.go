@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,6 +98,32 @@ func TestRenewBatch(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestRenewBatchShortNames: the results of a batch are longer than its
+// argument when names and owners are short; none is cut off.
+func TestRenewBatchShortNames(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		s := open(t, freshTable(t))
+		var holds []driver.Hold
+		for i := range 300 {
+			h := driver.Hold{Name: strconv.Itoa(i), Owner: "o", TTL: time.Minute}
+			if _, err := s.Acquire(ctx, &driver.Request{Name: h.Name, Owner: h.Owner, Mode: driver.Exclusive, TTL: h.TTL}); err != nil {
+				t.Fatal(err)
+			}
+			holds = append(holds, h)
+		}
+		gs, err := s.Renew(ctx, holds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range gs {
+			if g == nil {
+				t.Fatalf("hold %d of %d not renewed", i, len(gs))
+			}
 		}
 	})
 }

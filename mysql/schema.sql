@@ -430,7 +430,7 @@ proc: BEGIN
 		-- The results are built by GROUP_CONCAT, which cuts them at
 		-- group_concat_max_len: the session's value is put back below.
 		SET v_gcl = @@SESSION.group_concat_max_len;
-		SET SESSION group_concat_max_len = GREATEST(v_gcl, 2 * LENGTH(p_holds) + 1024);
+		SET SESSION group_concat_max_len = 1 << 30;
 		-- The live holds, in the batch's order (a scan of JSON_TABLE's
 		-- rows), as [i, hex name, hex owner, TTL]. The table is read here
 		-- and not in the statement that waits for the names' row locks: a
