@@ -75,7 +75,7 @@ func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) 
 	return s.reclaim(ctx, every)
 }
 
-// SetMaxBells bounds the bells s holds (0: no bound), as on MariaDB.
+// SetMaxBells bounds the bells s holds (0: no bound).
 func SetMaxBells(s *Store, n int) {
 	s.bells.mu.Lock()
 	s.bells.max = n

@@ -674,8 +674,7 @@ func TestLostBells(t *testing.T) {
 	})
 }
 
-// TestMaxBells: a Store that holds as many bells as it may (on MariaDB,
-// where each costs every later GET_LOCK of its session) takes no more;
+// TestMaxBells: a Store that holds as many bells as it may takes no more;
 // the entries it takes then have none, and their waiters still get the
 // lock when it is released.
 func TestMaxBells(t *testing.T) {
