@@ -224,6 +224,23 @@ func Model(t *testing.T, cfg ModelConfig) {
 		}
 		check(step, what, name, promoted)
 	}
+	// batch picks the keys of a batch step, of both names, in random
+	// order, each once (and each name once with onePerName), and
+	// describes them.
+	batch := func(onePerName bool) ([]driver.Key, string) {
+		var keys []driver.Key
+		var each []string
+		seen := map[string]bool{}
+		for range 2 + rng.IntN(6) {
+			n, o := names[rng.IntN(len(names))], owners[rng.IntN(len(owners))]
+			if !seen[n+"/"+o] && !(onePerName && seen[n]) {
+				seen[n+"/"+o], seen[n] = true, true
+				keys = append(keys, driver.Key{Name: n, Owner: o})
+				each = append(each, n[len(run):]+" "+o)
+			}
+		}
+		return keys, strings.Join(each, ", ")
+	}
 	for step := range steps {
 		name := names[rng.IntN(len(names))]
 		owner := owners[rng.IntN(len(owners))]
@@ -255,20 +272,8 @@ func Model(t *testing.T, cfg ModelConfig) {
 			// A batch, as Close sends. A store that hands off may grant a
 			// queued key of the batch before releasing it, so there each
 			// name is in it once.
-			var keys []driver.Key
-			seen := map[string]bool{}
-			for range 2 + rng.IntN(6) {
-				n, o := names[rng.IntN(len(names))], owners[rng.IntN(len(owners))]
-				if !seen[n+"/"+o] && !(cfg.HandsOff && seen[n]) {
-					seen[n+"/"+o], seen[n] = true, true
-					keys = append(keys, driver.Key{Name: n, Owner: o})
-				}
-			}
-			var each []string
-			for _, k := range keys {
-				each = append(each, k.Name[len(run):]+" "+k.Owner)
-			}
-			what = "release " + strings.Join(each, ", ")
+			keys, each := batch(cfg.HandsOff)
+			what = "release " + each
 			got, err := s.Release(ctx, keys)
 			if err != nil || len(got) != len(keys) {
 				t.Fatalf("step %d (%s): %v, %v", step, what, got, err)
@@ -295,20 +300,12 @@ func Model(t *testing.T, cfg ModelConfig) {
 		case rng.IntN(2) == 0:
 			// A batch, as keepalive sends: several holds of both names
 			// (or no hold at all), in random order.
-			var holds []driver.Hold
-			seen := map[string]bool{}
-			for range 2 + rng.IntN(6) {
-				n, o := names[rng.IntN(len(names))], owners[rng.IntN(len(owners))]
-				if !seen[n+"/"+o] {
-					seen[n+"/"+o] = true
-					holds = append(holds, driver.Hold{Name: n, Owner: o, TTL: ttl})
-				}
+			keys, each := batch(false)
+			holds := make([]driver.Hold, len(keys))
+			for i, k := range keys {
+				holds[i] = driver.Hold{Name: k.Name, Owner: k.Owner, TTL: ttl}
 			}
-			var each []string
-			for _, h := range holds {
-				each = append(each, h.Name[len(run):]+" "+h.Owner)
-			}
-			what = "renew " + strings.Join(each, ", ")
+			what = "renew " + each
 			got, err := s.Renew(ctx, holds)
 			if err != nil {
 				t.Fatalf("step %d (%s): %v", step, what, err)
