@@ -91,8 +91,13 @@ func TestSentinel(t *testing.T) {
 			Open: func(t testing.TB) driver.Store { return newStore(t) },
 			// go-redis's FailoverClient watches Sentinel in a goroutine
 			// that ends only once its subscription's channel closes, after
-			// Close has returned.
-			IgnoreGoroutines: []string{"github.com/redis/go-redis/v9.(*sentinelFailover).listen"},
+			// Close has returned; so do the subscription's reader and
+			// health check (the store itself subscribes to nothing).
+			IgnoreGoroutines: []string{
+				"github.com/redis/go-redis/v9.(*sentinelFailover).listen",
+				"github.com/redis/go-redis/v9.(*channel).initMsgChan.func1",
+				"github.com/redis/go-redis/v9.(*channel).initHealthCheck.func1",
+			},
 		})
 	})
 	t.Run("Failover", func(t *testing.T) {
