@@ -584,7 +584,6 @@ proc: BEGIN
 				SELECT v_out;
 				LEAVE proc;
 			END IF;
-			SET v_n = 0;
 		END IF;
 		-- A long lease's hold comes back with a new incarnation: start it
 		-- now, so that the release removes it.
