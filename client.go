@@ -159,13 +159,22 @@ type Client struct {
 	closed bool
 	leases map[driver.Key]*Lease
 	// keepalive state, guarded by mu
-	slots     slotHeap                // leases to keep alive, by renew time
-	slotAt    map[time.Duration]*slot // the same slots, by time (from epoch)
-	kaTimer   clockTimer              // made at the first renew time
-	kaAt      time.Time               // when kaTimer fires; zero when it is stopped
-	kaRunning bool                    // the keepalive goroutine runs
+	slots      slotHeap                // leases to keep alive, by renew time
+	slotAt     map[time.Duration]*slot // the same slots, by time (from epoch)
+	kaTimer    clockTimer              // made at the first renew time
+	kaAt       time.Time               // when kaTimer fires; zero when it is stopped
+	kaRunning  bool                    // the keepalive goroutine runs
+	ka         kaBuffers               // the keepalive goroutine's own
+	spareSlots spares
 	// sessions watched for stores whose holds live in a store session
 	sessions map[driver.Session]*sessionWatch
+
+	// the timers that end leases at their deadlines (see expiry); emu is
+	// taken last, after c.mu and any Lease.mu
+	emu       sync.Mutex
+	expiries  map[time.Duration]*expiry // by deadline (from epoch)
+	lastExp   *expiry                   // the one a lease last joined
+	spareExps spares
 }
 
 // New returns a Client over store, which it owns: Close closes it.
@@ -215,6 +224,7 @@ func newClient(store driver.Store, opts *Options, k clock) (*Client, error) {
 		leases:   make(map[driver.Key]*Lease),
 		slotAt:   make(map[time.Duration]*slot),
 		sessions: make(map[driver.Session]*sessionWatch),
+		expiries: make(map[time.Duration]*expiry),
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.waiter, _ = store.(driver.Waiter)

@@ -284,3 +284,10 @@ func (k *FakeClock) waitFor(what string, cond func() bool) {
 		}
 	}
 }
+
+// Pending is how many timers, AfterFuncs and tickers are pending.
+func (k *FakeClock) Pending() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending)
+}

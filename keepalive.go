@@ -3,6 +3,7 @@ package baton
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/baton-go/baton/driver"
@@ -70,7 +71,7 @@ func (c *Client) schedule(ls ...*Lease) {
 		c.unqueue(l)
 		s := c.slotAt[key]
 		if s == nil {
-			s = &slot{at: at, key: key}
+			s = &slot{at: at, key: key, leases: c.spareSlots.take()}
 			c.slotAt[key] = s
 			heap.Push(&c.slots, s)
 		}
@@ -140,26 +141,59 @@ func (c *Client) unqueue(l *Lease) {
 	if len(s.leases) == 0 {
 		heap.Remove(&c.slots, s.index)
 		delete(c.slotAt, s.key)
+		c.spareSlots.put(s.leases)
 	}
+}
+
+// spares keeps the arrays of emptied slots (or expiries) for new ones. In a
+// round of renewals, batch after batch of leases leaves one for a new one,
+// so that with a few spares kept a steady round allocates none.
+type spares [][]*Lease
+
+func (sp *spares) put(a []*Lease) {
+	if cap(a) >= 64 && len(*sp) < 4 {
+		*sp = append(*sp, a[:0])
+	}
+}
+
+func (sp *spares) take() []*Lease {
+	n := len(*sp)
+	if n == 0 {
+		return nil
+	}
+	a := (*sp)[n-1]
+	(*sp)[n-1] = nil
+	*sp = (*sp)[:n-1]
+	return a
 }
 
 // keepalive renews the leases due, batch after batch, until none is.
 func (c *Client) keepalive() {
 	defer c.wg.Done()
 	for {
-		batch, ok := c.due()
+		batch, ok := c.due(c.ka.batch[:0])
 		if !ok {
 			return
 		}
+		c.ka.batch = batch
 		c.renewBatch(batch)
+		clear(batch)
 	}
 }
 
+// kaBuffers are the keepalive goroutine's, reused from batch to batch (one
+// such goroutine runs at a time): a round allocates next to nothing.
+type kaBuffers struct {
+	batch []*Lease
+	holds []driver.Hold
+	left  []time.Duration
+}
+
 // due takes out of the queue up to maxBatch leases whose renew time has
-// come. With none due it arms the timer for the first renew time and
-// reports false: the goroutine exits. Leases taken out are in flight:
-// renewBatch queues them again.
-func (c *Client) due() (batch []*Lease, ok bool) {
+// come, appending them to batch. With none due it arms the timer for the
+// first renew time and reports false: the goroutine exits. Leases taken out
+// are in flight: renewBatch queues them again.
+func (c *Client) due(batch []*Lease) ([]*Lease, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || len(c.slots) == 0 {
@@ -179,23 +213,26 @@ func (c *Client) due() (batch []*Lease, ok bool) {
 		if k == 0 {
 			heap.Pop(&c.slots)
 			delete(c.slotAt, s.key)
+			c.spareSlots.put(s.leases)
 		}
 	}
 	if len(batch) == 0 {
 		c.kaRunning = false
 		c.arm(c.slots[0].at)
-		return nil, false
+		return batch, false
 	}
 	return batch, true
 }
 
 // renewBatch renews batch (at most maxBatch leases) in one call and queues
-// again the leases still held.
+// again the leases still held. Only the keepalive goroutine calls it.
 func (c *Client) renewBatch(batch []*Lease) {
 	defer c.schedule(batch...)
-	holds := make([]driver.Hold, len(batch))
-	left := make([]time.Duration, len(batch)) // each lease's time left when the renewal is sent
-	first := time.Time{}                      // earliest deadline: no point waiting for the store past it
+	holds := slices.Grow(c.ka.holds[:0], len(batch))[:len(batch)]
+	left := slices.Grow(c.ka.left[:0], len(batch))[:len(batch)] // each lease's time left when the renewal is sent
+	c.ka.holds, c.ka.left = holds, left
+	defer clear(holds)   // lets go of the names
+	first := time.Time{} // earliest deadline: no point waiting for the store past it
 	now := c.clock.Now()
 	for i, l := range batch {
 		l.mu.Lock()
@@ -230,13 +267,16 @@ func (c *Client) renewBatch(batch []*Lease) {
 		}
 		return
 	}
+	events := c.opts.Observer != nil || c.opts.OnEvent != nil // a renewal logs nothing
 	for i, l := range batch {
 		if gs[i] == nil {
 			l.end(ErrLeaseLost, false)
 			continue
 		}
 		l.renewed(gs[i], sent, holds[i].TTL-l.delay)
-		c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
+		if events {
+			c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
+		}
 	}
 }
 

@@ -462,3 +462,146 @@ func TestCloseReleasesAllOfASlowStore(t *testing.T) {
 // closeCallsForTest is Client's closeCalls: the calls that may be in
 // flight when one fails.
 const closeCallsForTest = 4
+
+// Leases with one deadline share one timer: 2,000 leases taken at one
+// instant, and renewed in two calls, keep a handful of timers pending, not
+// one per lease.
+func TestDeadlineTimersPerCall(t *testing.T) {
+	ctx := context.Background()
+	k := baton.NewFakeClock()
+	c, err := baton.NewWithClock(mem.New(), &baton.Options{TTL: time.Minute}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ls []*baton.Lease
+	for i := range 2000 {
+		l, err := c.TryLock(ctx, "t"+strconv.Itoa(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	k.Settle()
+	if n := k.Pending(); n > 3 {
+		t.Errorf("%d timers pending for 2000 leases taken at once, want at most 3", n)
+	}
+	before := ls[0].Deadline()
+	k.Advance(time.Minute / 3)
+	k.Settle()
+	for _, l := range ls {
+		if !l.Deadline().After(before) {
+			t.Fatalf("%s not renewed", l.Name())
+		}
+	}
+	if n := k.Pending(); n > 3 {
+		t.Errorf("%d timers pending after a round of renewals, want at most 3", n)
+	}
+}
+
+// blockingRelease is a mem store whose Release waits for unblock.
+type blockingRelease struct {
+	*mem.Store
+	unblock chan struct{}
+	mu      sync.Mutex
+	calls   [][]driver.Key
+}
+
+func (s *blockingRelease) Release(ctx context.Context, ks []driver.Key) ([]bool, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, ks)
+	s.mu.Unlock()
+	<-s.unblock
+	return s.Store.Release(ctx, ks)
+}
+
+// Leases that expire together all end at their deadline, before the store
+// is asked to release their holds, in one call: a store that is slow to
+// answer (it often is, when leases are lost) delays no lease's end.
+func TestExpiryEndsAllThenReleases(t *testing.T) {
+	ctx := context.Background()
+	k := baton.NewFakeClock()
+	s := &blockingRelease{Store: mem.New(), unblock: make(chan struct{})}
+	c, err := baton.NewWithClock(s, nil, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls []*baton.Lease
+	for i := range 3 {
+		l, err := c.TryLock(ctx, "x"+strconv.Itoa(i), &baton.LockOptions{TTL: time.Minute, NoKeepAlive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	advanced := make(chan struct{})
+	go func() {
+		defer close(advanced)
+		k.Advance(time.Minute)
+	}()
+	for _, l := range ls {
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not end at its deadline while the store's Release blocked", l.Name())
+		}
+		if !errors.Is(l.Err(), baton.ErrExpired) {
+			t.Errorf("%s: %v, want ErrExpired", l.Name(), l.Err())
+		}
+	}
+	close(s.unblock)
+	<-advanced
+	s.mu.Lock()
+	calls := s.calls
+	s.mu.Unlock()
+	if len(calls) != 1 || len(calls[0]) != 3 {
+		t.Errorf("Release calls %v, want one of the 3 holds", calls)
+	}
+	c.Close()
+}
+
+// A lease taken within a thousandth of the TTL after another shares its
+// timer, and its deadline moves back to the other's: it ends that little
+// earlier, never later. One taken later has a timer of its own.
+func TestBurstSharesDeadline(t *testing.T) {
+	ctx := context.Background()
+	k := baton.NewFakeClock()
+	c, err := baton.NewWithClock(mem.New(), nil, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	o := &baton.LockOptions{TTL: time.Minute, NoKeepAlive: true} // a thousandth: 60ms
+	a, err := c.TryLock(ctx, "a", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Advance(50 * time.Millisecond)
+	b, err := c.TryLock(ctx, "b", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Advance(20 * time.Millisecond)
+	d, err := c.TryLock(ctx, "d", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Deadline().Equal(a.Deadline()) {
+		t.Errorf("b's deadline %v, want a's %v", b.Deadline().Sub(a.Deadline()), 0)
+	}
+	if got := d.Deadline().Sub(a.Deadline()); got != 70*time.Millisecond {
+		t.Errorf("d's deadline is %v after a's, want 70ms", got)
+	}
+	if n := k.Pending(); n != 2 {
+		t.Errorf("%d timers pending, want 2", n)
+	}
+	k.Advance(a.Deadline().Sub(k.Now()))
+	if !errors.Is(a.Err(), baton.ErrExpired) || !errors.Is(b.Err(), baton.ErrExpired) || d.Err() != nil {
+		t.Errorf("at a's deadline: a %v, b %v, d %v; want a and b expired, d held", a.Err(), b.Err(), d.Err())
+	}
+	select {
+	case <-b.Done():
+	default:
+		t.Error("b's Done not closed at its deadline")
+	}
+}

@@ -34,7 +34,6 @@ type Lease struct {
 	retrying bool          // the last renewal failed
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	minUntil time.Time     // local monotonic: a release before keeps the hold until then (LockOptions.MinHold)
-	timer    clockTimer
 	err      error
 
 	asks asks // following asks to let go (Asked)
@@ -42,6 +41,10 @@ type Lease struct {
 	// keepalive's, guarded by c.mu
 	slot    *slot // where the lease waits for its renewal; nil: not queued
 	slotIdx int   // its index in slot.leases
+
+	// the timer of its deadline, guarded by c.emu
+	exp    *expiry // nil: no deadline armed
+	expIdx int     // its index in exp.leases
 }
 
 // margin is how much earlier than the store a holder gives up: room for
@@ -99,31 +102,29 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 	return l
 }
 
-// setDeadline (re)arms the timer that ends the lease. l.mu is held.
+// setDeadline moves the lease's deadline to d, or up to a thousandth of
+// its TTL earlier, and the lease to the timer of that time (see expiry).
+// l.mu is held.
 func (l *Lease) setDeadline(d time.Time) {
-	l.deadline = d
-	left := d.Sub(l.c.clock.Now())
-	if l.timer == nil {
-		l.timer = l.c.clock.AfterFunc(left, l.expire)
-	} else {
-		l.timer.Reset(left)
-	}
+	l.deadline = l.c.expireAt(l, d, l.ttl/1000)
 }
 
-func (l *Lease) expire() {
+// expire ends the lease if its deadline has come (a renewal may have moved
+// it meanwhile), and reports whether the hold should then be released in
+// the store, as it may still be there: unless the store must keep it for
+// the lock-delay, for the loss was involuntary.
+func (l *Lease) expire() (release bool) {
 	l.mu.Lock()
-	early := l.c.clock.Now().Before(l.deadline) // a renewal moved it meanwhile
+	early := l.c.clock.Now().Before(l.deadline)
 	l.mu.Unlock()
 	if early {
-		return
+		return false
 	}
-	// The hold is released as it may still be in the store, unless the
-	// store must keep it for the lock-delay: the loss was involuntary.
+	err := ErrExpired
 	if l.keepAlive {
-		l.end(ErrLeaseLost, l.delay == 0)
-	} else {
-		l.end(ErrExpired, l.delay == 0)
+		err = ErrLeaseLost
 	}
+	return l.finish(err) && l.delay == 0
 }
 
 // renewed records a successful renewal sent at sent. The caller then puts
@@ -148,15 +149,24 @@ func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 // end ends the lease with err (first caller wins). With release set, it
 // also releases the hold in the store, in case the store still has it.
 func (l *Lease) end(err error, release bool) {
+	if l.finish(err) && release {
+		c := l.c
+		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
+		_, _ = c.store.Release(ctx, []driver.Key{l.key})
+		cancel()
+	}
+}
+
+// finish ends the lease with err, unless it ended already, and reports
+// whether it did.
+func (l *Lease) finish(err error) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.err = err
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.c.noExpiry(l)
 	l.mu.Unlock()
 
 	c := l.c
@@ -182,11 +192,7 @@ func (l *Lease) end(err error, release bool) {
 	if l.session != nil {
 		c.unwatchSession(l.session)
 	}
-	if release {
-		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
-		_, _ = c.store.Release(ctx, []driver.Key{l.key})
-		cancel()
-	}
+	return true
 }
 
 // Name is the lock's name.
