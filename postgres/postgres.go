@@ -550,6 +550,7 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	for i, h := range holds {
 		names[i], owners[i], ttls[i] = h.Name, h.Owner, ns(h.TTL)
 	}
+	gs := make([]driver.Grant, len(holds)) // one allocation for all
 	err := retry(ctx, func() error {
 		clear(out)
 		rows, err := s.pool.Query(ctx, s.q.renew, names, owners, ttls, s.durable())
@@ -565,7 +566,8 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 			if i < 1 || int(i) > len(out) {
 				return fmt.Errorf("renew: row %d out of range", i)
 			}
-			out[i-1] = &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires}
+			gs[i-1] = driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires}
+			out[i-1] = &gs[i-1]
 			return nil
 		})
 		return err

@@ -12,18 +12,24 @@ import (
 const tagLen = 32
 
 // base returns "<prefix>:{<tag>}:", the start of every key of name.
-func (s *Store) base(name string) string {
+func (s *Store) base(name string) string { return s.key(name, "") }
+
+func (s *Store) stateKey(name string) string { return s.key(name, "r") }
+
+// key returns base(name) followed by suffix, in one allocation.
+func (s *Store) key(name, suffix string) string {
 	sum := sha256.Sum256([]byte(name))
+	var tag [tagLen]byte
+	hex.Encode(tag[:], sum[:tagLen/2])
 	var b strings.Builder
-	b.Grow(len(s.prefix) + tagLen + 4)
+	b.Grow(len(s.prefix) + tagLen + 4 + len(suffix))
 	b.WriteString(s.prefix)
 	b.WriteString(":{")
-	b.WriteString(hex.EncodeToString(sum[:tagLen/2]))
+	b.Write(tag[:])
 	b.WriteString("}:")
+	b.WriteString(suffix)
 	return b.String()
 }
-
-func (s *Store) stateKey(name string) string { return s.base(name) + "r" }
 
 // isStateKey reports whether key, found by SCAN, is a state key of this
 // store's prefix (and not, say, a mailbox of an owner called "r").

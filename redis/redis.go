@@ -418,9 +418,9 @@ type call struct {
 const maxKeys = 256
 
 // batch makes one call per group of keys that can run together (at most
-// maxKeys of them), each with common followed by item(i) for every key i
-// of the group.
-func (s *Store) batch(keys []string, common []any, item func(i int) []any) []*call {
+// maxKeys of them), each with common followed by what item(i, args)
+// appends to args for every key i of the group.
+func (s *Store) batch(keys []string, common []any, item func(i int, args []any) []any) []*call {
 	var calls []*call
 	var groups [][]int
 	for _, g := range s.groups(keys) {
@@ -431,11 +431,11 @@ func (s *Store) batch(keys []string, common []any, item func(i int) []any) []*ca
 		groups = append(groups, g)
 	}
 	for _, g := range groups {
-		c := &call{idx: g, keys: make([]string, len(g)), args: slices.Clone(common)}
+		c := &call{idx: g, keys: make([]string, len(g)), args: append(make([]any, 0, len(common)+2*len(g)), common...)}
 		for j, i := range g {
 			c.keys[j] = keys[i]
 			if item != nil {
-				c.args = append(c.args, item(i)...)
+				c.args = item(i, c.args)
 			}
 		}
 		calls = append(calls, c)
@@ -481,30 +481,39 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	for i, h := range holds {
 		keys[i] = s.stateKey(h.Name)
 	}
-	calls := s.batch(keys, []any{s.linger}, func(i int) []any {
-		return []any{holds[i].Owner, micros(holds[i].TTL)}
+	calls := s.batch(keys, []any{s.linger}, func(i int, args []any) []any {
+		return append(args, holds[i].Owner, micros(holds[i].TTL))
 	})
 	if err := s.run(ctx, renewScript, calls); err != nil {
 		return nil, fmt.Errorf("redis: renew: %w", err)
 	}
+	gs := make([]driver.Grant, len(holds))
 	for _, c := range calls {
-		rs, err := c.cmd.Slice()
-		if err != nil || len(rs) != len(c.idx) {
-			return nil, fmt.Errorf("redis: renew: unexpected reply %v (%v)", rs, err)
+		rs, err := c.cmd.Text()
+		if err != nil || len(rs) != renewRecord*len(c.idx) {
+			return nil, fmt.Errorf("redis: renew: unexpected reply of %d bytes for %d holds (%v)", len(rs), len(c.idx), err)
 		}
-		for j, r := range rs {
-			g, ok := r.([]any)
-			if !ok {
+		for j, i := range c.idx {
+			r := rs[j*renewRecord:]
+			if r[0] != 1 {
 				continue // not held
 			}
-			v, err := int64s(g, 4)
-			if err != nil {
-				return nil, fmt.Errorf("redis: renew: %w", err)
-			}
-			out[c.idx[j]] = &driver.Grant{Token: uint64(v[0]), Created: usTime(v[1]), Renewed: usTime(v[2]), Expires: usTime(v[3])}
+			v := func(k int) int64 { return int64(math.Float64frombits(be64(r[1+8*k:]))) }
+			gs[i] = driver.Grant{Token: uint64(v(0)), Created: usTime(v(1)), Renewed: usTime(v(2)), Expires: usTime(v(3))}
+			out[i] = &gs[i]
 		}
 	}
 	return out, nil
+}
+
+// renewRecord is the length of renew.lua's reply per hold.
+const renewRecord = 33
+
+// be64 reads a big-endian uint64 from the start of s.
+func be64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0])<<56 | uint64(s[1])<<48 | uint64(s[2])<<40 | uint64(s[3])<<32 |
+		uint64(s[4])<<24 | uint64(s[5])<<16 | uint64(s[6])<<8 | uint64(s[7])
 }
 
 func int64s(vs []any, n int) ([]int64, error) {
@@ -534,7 +543,7 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	for i, k := range keys {
 		sk[i] = s.stateKey(k.Name)
 	}
-	calls := s.batch(sk, []any{s.linger}, func(i int) []any { return []any{keys[i].Owner} })
+	calls := s.batch(sk, []any{s.linger}, func(i int, args []any) []any { return append(args, keys[i].Owner) })
 	if err := s.run(ctx, releaseScript, calls); err != nil {
 		return nil, fmt.Errorf("redis: release: %w", err)
 	}
