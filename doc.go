@@ -37,8 +37,10 @@
 // store per thousand leases, and exits (nothing runs between renewals), so
 // keepalive cost grows with the number of round trips, not of leases, where
 // the store takes one request for many; renew times are aligned so that
-// leases taken at different times are renewed in the same rounds. Stores whose holds live in a store session
-// (ZooKeeper, etcd) keep that session alive themselves.
+// leases taken at different times are renewed in the same rounds. Leases
+// whose deadlines fall together (those one call renewed) share the timer
+// that ends them. Stores whose holds live in a store session (ZooKeeper,
+// etcd) keep that session alive themselves.
 //
 // Blocking acquisitions queue in the store in FIFO order: a request is
 // granted only when no request ahead of it in the queue could be, and a
