@@ -577,10 +577,14 @@ proc: BEGIN
 			 WHERE h.queued = 0 AND h.flags = 0;
 			IF v_n = JSON_LENGTH(p_keys) THEN
 				-- Every key was a live plain hold (a Close, commonly): the
-				-- loop below would find nothing.
-				SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
-				  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
-				 WHERE j.b <> '';
+				-- loop below would find nothing. (Bells are "baton:…", and
+				-- names and owners hex: most batches have no bell to ring,
+				-- and a LOCATE costs less than a JSON_TABLE.)
+				IF LOCATE('"baton:', p_keys) > 0 THEN
+					SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
+					  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
+					 WHERE j.b <> '';
+				END IF;
 				SELECT v_out;
 				LEAVE proc;
 			END IF;
@@ -641,9 +645,11 @@ proc: BEGIN
 		END IF;
 	ELSE
 		CLOSE cur;
-		SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
-		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
-		 WHERE j.b <> '';
+		IF LOCATE('"baton:', p_keys) > 0 THEN
+			SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
+			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
+			 WHERE j.b <> '';
+		END IF;
 	END IF;
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
