@@ -885,67 +885,86 @@ func cut(s string, n int) string {
 // holdsJSON encodes holds, in the order of their indexes in order, as the
 // renew procedure's argument.
 func holdsJSON(holds []driver.Hold, order []int) string {
-	var sb strings.Builder
-	sb.WriteByte('[')
+	n := 2
+	for _, h := range holds {
+		n += 2*len(h.Name) + 2*len(h.Owner) + 30
+	}
+	b := make([]byte, 0, n) // one allocation, and one for the string
+	b = append(b, '[')
 	for i, k := range order {
 		h := holds[k]
 		if i > 0 {
-			sb.WriteByte(',')
+			b = append(b, ',')
 		}
-		sb.WriteString(`["`)
-		sb.WriteString(hex.EncodeToString([]byte(h.Name)))
-		sb.WriteString(`","`)
-		sb.WriteString(hex.EncodeToString([]byte(h.Owner)))
-		sb.WriteString(`",`)
-		sb.WriteString(strconv.FormatInt(ns(h.TTL), 10))
-		sb.WriteByte(']')
+		b = append(b, `["`...)
+		b = hex.AppendEncode(b, []byte(h.Name))
+		b = append(b, `","`...)
+		b = hex.AppendEncode(b, []byte(h.Owner))
+		b = append(b, `",`...)
+		b = strconv.AppendInt(b, ns(h.TTL), 10)
+		b = append(b, ']')
 	}
-	sb.WriteByte(']')
-	return sb.String()
+	b = append(b, ']')
+	return string(b)
 }
 
 // keysJSON encodes keys, with the bell to release for each (none if bells
 // is nil or has ""), as the release procedure's argument.
 func keysJSON(keys []driver.Key, bells []string) string {
-	var sb strings.Builder
-	sb.WriteByte('[')
+	n := 2
+	for i, k := range keys {
+		n += 2*len(k.Name) + 2*len(k.Owner) + 12
+		if bells != nil {
+			n += len(bells[i])
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
 	for i, k := range keys {
 		if i > 0 {
-			sb.WriteByte(',')
+			b = append(b, ',')
 		}
-		sb.WriteString(`["`)
-		sb.WriteString(hex.EncodeToString([]byte(k.Name)))
-		sb.WriteString(`","`)
-		sb.WriteString(hex.EncodeToString([]byte(k.Owner)))
-		sb.WriteString(`","`)
+		b = append(b, `["`...)
+		b = hex.AppendEncode(b, []byte(k.Name))
+		b = append(b, `","`...)
+		b = hex.AppendEncode(b, []byte(k.Owner))
+		b = append(b, `","`...)
 		if bells != nil {
-			sb.WriteString(bells[i]) // "baton:" and hex digits only
+			b = append(b, bells[i]...) // "baton:" and hex digits only
 		}
-		sb.WriteString(`"]`)
+		b = append(b, `"]`...)
 	}
-	sb.WriteByte(']')
-	return sb.String()
+	b = append(b, ']')
+	return string(b)
 }
 
 // parseOut splits a batch result "i,f1,f2…;…" into its integer fields.
 func parseOut(out string, fields int, each func(i int, f []int64) error) error {
-	for _, rec := range strings.Split(out, ";") {
+	f := make([]int64, fields) // each's f, reused from record to record
+	for rest := out; rest != ""; {
+		var rec string
+		rec, rest, _ = strings.Cut(rest, ";")
 		if rec == "" {
 			continue
 		}
-		parts := strings.Split(rec, ",")
-		if len(parts) != fields+1 {
-			return fmt.Errorf("malformed result %q", rec)
-		}
-		i, err := strconv.Atoi(parts[0])
+		bad := func() error { return fmt.Errorf("malformed result %q", rec) }
+		first, more, _ := strings.Cut(rec, ",")
+		i, err := strconv.Atoi(first)
 		if err != nil {
-			return fmt.Errorf("malformed result %q", rec)
+			return bad()
 		}
-		f := make([]int64, fields)
 		for k := range f {
-			if f[k], err = strconv.ParseInt(parts[k+1], 10, 64); err != nil {
-				return fmt.Errorf("malformed result %q", rec)
+			if more == "" {
+				return bad()
 			}
+			var v string
+			v, more, _ = strings.Cut(more, ",")
+			if f[k], err = strconv.ParseInt(v, 10, 64); err != nil {
+				return bad()
+			}
+		}
+		if more != "" {
+			return bad()
 		}
 		if err := each(i, f); err != nil {
 			return err
@@ -986,6 +1005,7 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 			}
 		}
 	}
+	gs := make([]driver.Grant, len(holds)) // one allocation for all
 	err := retry(ctx, func() error {
 		clear(out)
 		var res string
@@ -996,7 +1016,9 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 			if i < 1 || i > len(out) {
 				return fmt.Errorf("renew: entry %d out of range", i)
 			}
-			out[order[i-1]] = &driver.Grant{Token: uint64(f[0]), Created: usTime(f[1]), Renewed: usTime(f[2]), Expires: usTime(f[3])}
+			k := order[i-1]
+			gs[k] = driver.Grant{Token: uint64(f[0]), Created: usTime(f[1]), Renewed: usTime(f[2]), Expires: usTime(f[3])}
+			out[k] = &gs[k]
 			return nil
 		})
 	})
