@@ -67,10 +67,7 @@ func (c *Client) unexpire(l *Lease) {
 	if x == nil {
 		return
 	}
-	last := x.leases[len(x.leases)-1]
-	x.leases[l.expIdx], last.expIdx = last, l.expIdx
-	x.leases[len(x.leases)-1] = nil
-	x.leases = x.leases[:len(x.leases)-1]
+	x.leases = swapRemove(x.leases, l.expIdx, func(m *Lease, i int) { m.expIdx = i })
 	l.exp = nil
 	if len(x.leases) == 0 {
 		x.timer.Stop()

@@ -133,16 +133,23 @@ func (c *Client) unqueue(l *Lease) {
 	if s == nil {
 		return
 	}
-	last := s.leases[len(s.leases)-1]
-	s.leases[l.slotIdx], last.slotIdx = last, l.slotIdx
-	s.leases[len(s.leases)-1] = nil
-	s.leases = s.leases[:len(s.leases)-1]
+	s.leases = swapRemove(s.leases, l.slotIdx, func(m *Lease, i int) { m.slotIdx = i })
 	l.slot = nil
 	if len(s.leases) == 0 {
 		heap.Remove(&c.slots, s.index)
 		delete(c.slotAt, s.key)
 		c.spareSlots.put(s.leases)
 	}
+}
+
+// swapRemove removes ls[i], moving the last lease into its place and
+// telling set its new index.
+func swapRemove(ls []*Lease, i int, set func(*Lease, int)) []*Lease {
+	last := len(ls) - 1
+	ls[i] = ls[last]
+	set(ls[i], i)
+	ls[last] = nil
+	return ls[:last]
 }
 
 // spares keeps the arrays of emptied slots (or expiries) for new ones. In a
