@@ -938,9 +938,10 @@ func keysJSON(keys []driver.Key, bells []string) string {
 	return string(b)
 }
 
-// parseOut splits a batch result "i,f1,f2…;…" into its integer fields.
+// parseOut splits a batch result "i,f1,f2…;…" into its integer fields;
+// each gets one slice for every record, and must not keep it.
 func parseOut(out string, fields int, each func(i int, f []int64) error) error {
-	f := make([]int64, fields) // each's f, reused from record to record
+	f := make([]int64, fields)
 	for rest := out; rest != ""; {
 		var rec string
 		rec, rest, _ = strings.Cut(rest, ";")
