@@ -274,7 +274,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 		}
 		return
 	}
-	events := c.opts.Observer != nil || c.opts.OnEvent != nil // a renewal logs nothing
+	events := c.reports() // a renewal logs nothing
 	for i, l := range batch {
 		if gs[i] == nil {
 			l.end(ErrLeaseLost, false)

@@ -78,6 +78,10 @@ func (c *Client) emit(e Event) {
 	c.report(e)
 }
 
+// reports says whether report has anywhere to report to: an event that
+// logs nothing need not be built otherwise.
+func (c *Client) reports() bool { return c.opts.Observer != nil || c.opts.OnEvent != nil }
+
 // report reports e to Options.OnEvent and the Observer, without logging.
 func (c *Client) report(e Event) {
 	if isAskName(e.Name) {
