@@ -3,11 +3,13 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/driver"
 )
 
 // askWithin is how long a holder that follows asks may take to see one:
@@ -19,12 +21,37 @@ func (s *suite) askClient(t testing.TB) *baton.Client {
 	return s.client(t, &baton.Options{MaxPoll: s.d(50 * time.Millisecond)})
 }
 
-func waitAsked(t testing.TB, within time.Duration, l *baton.Lease, what string) *baton.AskedError {
+// waitAsked waits for l to be told of an ask. When it is not told in
+// time it says what it can of why: whether the lease is still held,
+// whether the ask's hold is in the store (a read by another client),
+// and whether the ask came late or not at all.
+func (s *suite) waitAsked(t testing.TB, l *baton.Lease, what string) *baton.AskedError {
 	t.Helper()
+	within := s.askWithin()
+	start := time.Now()
 	select {
 	case <-l.Asked():
 	case <-time.After(within):
-		t.Fatalf("%s: the holder was not told of the ask within %v", what, within)
+		ctx, cancel := context.WithTimeout(context.Background(), s.d(10*time.Second))
+		defer cancel()
+		// The companion name that holds a lock's asks (see askName).
+		// The companion name that holds a lock's asks (see askName), read
+		// from the store itself: Status refuses the name.
+		st := s.cfg.Open(t)
+		hs, err := st.List(ctx, &driver.Filter{Name: "\x01ask\x01" + l.Name()})
+		st.Close()
+		asks := make([]string, 0, len(hs))
+		for _, h := range hs {
+			asks = append(asks, fmt.Sprintf("%v left %v", h.Meta, h.Left))
+		}
+		late := "not told within a further 10s"
+		select {
+		case <-l.Asked():
+			late = fmt.Sprintf("told after %v", time.Since(start))
+		case <-ctx.Done():
+		}
+		t.Fatalf("%s: the holder (token %d) was not told of the ask within %v: %s; lease error %v; asks in the store then: %v (read error %v)",
+			what, l.Token(), within, late, l.Err(), asks, err)
 	}
 	var ae *baton.AskedError
 	if err := l.AskCause(); !errors.As(err, &ae) || !errors.Is(err, baton.ErrAsked) {
@@ -61,7 +88,7 @@ func (s *suite) ask(t *testing.T) {
 	if got, err := b.Ask(ctx, n, &baton.AskOptions{Reason: "maintenance at 10:00"}); err != nil || got != 1 {
 		t.Fatalf("Ask = %d, %v; want 1, nil", got, err)
 	}
-	ae := waitAsked(t, s.askWithin(), l, "exclusive holder")
+	ae := s.waitAsked(t, l, "exclusive holder")
 	if ae.Reason != "maintenance at 10:00" || ae.Name != n {
 		t.Errorf("AskCause() = %+v, want the reason and the lock's name", ae)
 	}
@@ -91,7 +118,7 @@ func (s *suite) ask(t *testing.T) {
 	if got, err := b.Ask(ctx, n, nil); err != nil || got != 1 {
 		t.Fatalf("second Ask = %d, %v; want 1, nil", got, err)
 	}
-	if ae := waitAsked(t, s.askWithin(), l2, "the new holder, asked anew"); ae.Reason != "" {
+	if ae := s.waitAsked(t, l2, "the new holder, asked anew"); ae.Reason != "" {
 		t.Errorf("reason %q, want none", ae.Reason)
 	}
 	release(t, ctx, l2)
@@ -102,8 +129,8 @@ func (s *suite) ask(t *testing.T) {
 	if got, err := s.askClient(t).Ask(ctx, n, &baton.AskOptions{Reason: "both"}); err != nil || got != 2 {
 		t.Fatalf("Ask of two shared holders = %d, %v; want 2, nil", got, err)
 	}
-	waitAsked(t, s.askWithin(), r1, "first shared holder")
-	waitAsked(t, s.askWithin(), r2, "second shared holder")
+	s.waitAsked(t, r1, "first shared holder")
+	s.waitAsked(t, r2, "second shared holder")
 	release(t, ctx, r1)
 	release(t, ctx, r2)
 
