@@ -989,3 +989,62 @@ func TestReclaimEvery(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestCanceledReads checks that reads whose context ends while they run
+// leave their connections as they found them. A leaked statement keeps a
+// read transaction open on a pooled connection: its later reads see an old
+// snapshot, and its writes fail with SQLITE_BUSY_SNAPSHOT until the busy
+// timeout (modernc.org/sqlite before v1.40 leaked one when the context
+// ended just after the statement's first row).
+func TestCanceledReads(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	r, w := open(t, path, &sqlite.Options{BusyTimeout: time.Second}), open(t, path, nil)
+	for i := range 20 {
+		if _, err := w.Acquire(ctx, &driver.Request{Name: fmt.Sprint("n", i), Owner: "o", Mode: driver.Exclusive, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for round := 0; time.Now().Before(deadline); round++ {
+		// Reads cancelled at every point, from several goroutines, so that
+		// contexts also end between a read's first row and its return.
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 50 {
+					rctx, cancel := context.WithTimeout(ctx, time.Duration((i*7+g*13)%120)*time.Microsecond)
+					r.List(rctx, &driver.Filter{Prefix: "n"})
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		owner := fmt.Sprint("w", round)
+		if _, err := w.Acquire(ctx, &driver.Request{Name: "x", Owner: owner, Mode: driver.Exclusive, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		// Every connection of r's pool (reads at once take different ones)
+		// sees the new hold.
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				hs, err := r.List(ctx, &driver.Filter{Name: "x"})
+				if err == nil && (len(hs) != 1 || hs[0].Owner != owner) {
+					err = fmt.Errorf("List = %+v, want the hold of %s: a read of an old snapshot", hs, owner)
+				}
+				errs <- err
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if _, err := r.Release(ctx, []driver.Key{{Name: "x", Owner: owner}}); err != nil {
+			t.Fatalf("round %d: a write after cancelled reads: %v", round, err)
+		}
+	}
+}
