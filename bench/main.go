@@ -106,6 +106,7 @@ func main() {
 	hold := flag.Int("hold", 0, "hold-many: locks one client takes and holds (0: skip the workload; else at least 10)")
 	holdWorkers := flag.Int("hold-workers", 4, "hold-many: goroutines taking the locks")
 	holdWindow := flag.Duration("hold-window", 20*time.Second, "hold-many: how long to hold them all")
+	flag.DurationVar(&batonTTL, "baton-ttl", 0, "the TTL of baton's leases (0: baton's default, 15s); not passed to procs: children")
 	childSpec := flag.String("child", "", "internal: serve one client of KIND=URL over stdin/stdout (for procs: targets)")
 	flag.Parse()
 	if *childSpec != "" {
@@ -323,9 +324,12 @@ func batonTarget(url string) Target {
 }
 
 // newBatonLocker makes a client with open, counting its renewals.
+// batonTTL is the -baton-ttl flag.
+var batonTTL time.Duration
+
 func newBatonLocker(open func(*baton.Options) (*baton.Client, error)) (Locker, error) {
 	b := &batonLocker{}
-	c, err := open(&baton.Options{Observer: &b.counts})
+	c, err := open(&baton.Options{Observer: &b.counts, TTL: batonTTL})
 	if err != nil {
 		return nil, err
 	}
