@@ -323,10 +323,10 @@ func batonTarget(url string) Target {
 	}}
 }
 
-// newBatonLocker makes a client with open, counting its renewals.
 // batonTTL is the -baton-ttl flag.
 var batonTTL time.Duration
 
+// newBatonLocker makes a client with open, counting its renewals.
 func newBatonLocker(open func(*baton.Options) (*baton.Client, error)) (Locker, error) {
 	b := &batonLocker{}
 	c, err := open(&baton.Options{Observer: &b.counts, TTL: batonTTL})

@@ -34,7 +34,6 @@ func (s *suite) waitAsked(t testing.TB, l *baton.Lease, what string) *baton.Aske
 	case <-time.After(within):
 		ctx, cancel := context.WithTimeout(context.Background(), s.d(10*time.Second))
 		defer cancel()
-		// The companion name that holds a lock's asks (see askName).
 		// The companion name that holds a lock's asks (see askName), read
 		// from the store itself: Status refuses the name.
 		st := s.cfg.Open(t)

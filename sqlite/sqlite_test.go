@@ -990,13 +990,13 @@ func TestReclaimEvery(t *testing.T) {
 	}
 }
 
-// TestCanceledReads checks that reads whose context ends while they run
+// TestCancelledReads checks that reads whose context ends while they run
 // leave their connections as they found them. A leaked statement keeps a
 // read transaction open on a pooled connection: its later reads see an old
 // snapshot, and its writes fail with SQLITE_BUSY_SNAPSHOT until the busy
 // timeout (modernc.org/sqlite before v1.40 leaked one when the context
 // ended just after the statement's first row).
-func TestCanceledReads(t *testing.T) {
+func TestCancelledReads(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	path := filepath.Join(t.TempDir(), "locks.db")
 	r, w := open(t, path, &sqlite.Options{BusyTimeout: time.Second}), open(t, path, nil)
