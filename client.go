@@ -711,7 +711,13 @@ func (c *Client) releaseAll(ls []*Lease) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			call(func(ctx context.Context) error { _, err := c.store.Release(ctx, keys); return err })
+			call(func(ctx context.Context) error {
+				if q, ok := c.store.(driver.QuietReleaser); ok {
+					return q.ReleaseQuiet(ctx, keys)
+				}
+				_, err := c.store.Release(ctx, keys)
+				return err
+			})
 			<-sem
 		}()
 	}

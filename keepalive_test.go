@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,6 +457,54 @@ func TestCloseReleasesAllOfASlowStore(t *testing.T) {
 		case failAt > 0 && st.calls > failAt+closeCallsForTest:
 			t.Errorf("Close sent %d release calls to a store that failed the call %d", st.calls, failAt)
 		}
+	}
+}
+
+// quietStore counts the keys released through each form of release.
+type quietStore struct {
+	*mem.Store
+	loud, quiet atomic.Int64
+}
+
+func (s *quietStore) Release(ctx context.Context, ks []driver.Key) ([]bool, error) {
+	s.loud.Add(int64(len(ks)))
+	return s.Store.Release(ctx, ks)
+}
+
+func (s *quietStore) ReleaseQuiet(ctx context.Context, ks []driver.Key) error {
+	s.quiet.Add(int64(len(ks)))
+	_, err := s.Store.Release(ctx, ks)
+	return err
+}
+
+// Close, which reports nothing of what it released, releases through a
+// store's quiet release when it has one; a lease's own Release does not.
+func TestCloseReleasesQuietly(t *testing.T) {
+	ctx := context.Background()
+	st := &quietStore{Store: mem.New()}
+	c, err := baton.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, "own", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseStrict(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2500
+	for i := range n {
+		if _, err := c.TryLock(ctx, "q"+strconv.Itoa(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	if q, l := st.quiet.Load(), st.loud.Load(); q != n || l != 1 {
+		t.Errorf("keys released quietly %d, with a report %d; want %d and 1", q, l, n)
+	}
+	if hs, err := st.Store.List(ctx, &driver.Filter{}); err != nil || len(hs) != 0 {
+		t.Errorf("left after Close: %d holds, %v", len(hs), err)
 	}
 }
 

@@ -201,6 +201,14 @@ type Store interface {
 	Close() error
 }
 
+// QuietReleaser is implemented by stores whose Release costs less when
+// nobody asks which keys were held. Client.Close, which does not ask,
+// releases through it.
+type QuietReleaser interface {
+	// ReleaseQuiet does what Release does, without the report.
+	ReleaseQuiet(ctx context.Context, keys []Key) error
+}
+
 // Waiter is implemented by stores that can wake a waiting acquirer.
 type Waiter interface {
 	// Watch starts observing req.Name on behalf of req. It is called at most

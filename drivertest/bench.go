@@ -3,9 +3,11 @@ package drivertest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 )
 
@@ -59,5 +61,46 @@ func ReleaseMany(b *testing.B, s driver.Store, n int) {
 		if !held[len(held)-1] {
 			b.Fatal("a hold was not released")
 		}
+	}
+}
+
+// CloseMany benchmarks Client.Close of a client of s that holds n locks,
+// which it takes first (not timed), four at a time. It reports the Close
+// as close-ms; ns/op is the Close over n.
+func CloseMany(b *testing.B, s driver.Store, n int) {
+	b.Helper()
+	ctx := context.Background()
+	round := 0
+	for b.Loop() {
+		b.StopTimer()
+		round++
+		c, err := baton.New(s, &baton.Options{TTL: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 4 {
+					if _, err := c.TryLock(ctx, fmt.Sprintf("close-%d-%06d", round, i), nil); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		c.Close()
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "close-ms")
+		b.ReportMetric(0, "ns/op")
 	}
 }

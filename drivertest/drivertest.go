@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CrashedHolderExpires", s.crashedHolderExpires},
 		{"LostLeaseNotified", s.lostLeaseNotified},
 		{"ReleaseForms", s.releaseForms},
+		{"QuietRelease", s.quietRelease},
 		{"OwnerGroup", s.ownerGroup},
 		{"StatusFilters", s.statusFilters},
 		{"Purge", s.purge},
@@ -899,6 +901,78 @@ func (s *suite) releaseForms(t *testing.T) {
 	}
 	if !errors.Is(l2.Err(), baton.ErrLeaseLost) {
 		t.Errorf("Err after failed renew: %v, want ErrLeaseLost", l2.Err())
+	}
+}
+
+// quietRelease checks driver.QuietReleaser, for a store that has it: one
+// batch of every kind of entry (plain and shared holds, a hold with long
+// metadata, a queue entry, an expired hold, a key twice, a key of nothing)
+// leaves none of them behind.
+func (s *suite) quietRelease(t *testing.T) {
+	st := s.cfg.Open(t)
+	q, ok := st.(driver.QuietReleaser)
+	if !ok {
+		t.Skip("the store has no quiet release")
+	}
+	ctx := s.ctx(t)
+	other := s.cfg.Open(t)
+	ttl := s.d(time.Minute)
+	acquire := func(st driver.Store, r driver.Request) {
+		t.Helper()
+		if r.Mode == 0 {
+			r.Mode = driver.Exclusive
+		}
+		if r.TTL == 0 {
+			r.TTL = ttl
+		}
+		if _, err := st.Acquire(ctx, &r); err != nil && !(r.Queue && errors.Is(err, driver.ErrNotGranted)) {
+			t.Fatalf("Acquire %+v: %v", r, err)
+		}
+	}
+	var keys []driver.Key
+	var names []string
+	for i := range 5 {
+		n := name(t, "plain", strconv.Itoa(i))
+		acquire(st, driver.Request{Name: n, Owner: "q-owner"})
+		keys, names = append(keys, driver.Key{Name: n, Owner: "q-owner"}), append(names, n)
+	}
+	shared := name(t, "shared")
+	acquire(st, driver.Request{Name: shared, Owner: "q-owner", Mode: driver.Shared, Limit: 3})
+	long := name(t, "meta")
+	acquire(st, driver.Request{Name: long, Owner: "q-owner", Meta: map[string]string{"m": strings.Repeat("x", 3000)}})
+	queued := name(t, "queued")
+	acquire(other, driver.Request{Name: queued, Owner: "q-blocker"})
+	acquire(st, driver.Request{Name: queued, Owner: "q-owner", Queue: true, QueueTTL: ttl})
+	expired := name(t, "expired")
+	acquire(st, driver.Request{Name: expired, Owner: "q-owner", TTL: s.d(50 * time.Millisecond)})
+	time.Sleep(s.d(100 * time.Millisecond))
+	keys = append(keys,
+		driver.Key{Name: shared, Owner: "q-owner"}, driver.Key{Name: long, Owner: "q-owner"},
+		driver.Key{Name: queued, Owner: "q-owner"}, driver.Key{Name: expired, Owner: "q-owner"},
+		driver.Key{Name: names[0], Owner: "q-owner"}, driver.Key{Name: name(t, "none"), Owner: "q-owner"})
+	names = append(names, shared, long, expired)
+	if err := q.ReleaseQuiet(ctx, keys); err != nil {
+		t.Fatalf("ReleaseQuiet: %v", err)
+	}
+	if err := q.ReleaseQuiet(ctx, keys); err != nil {
+		t.Fatalf("second ReleaseQuiet: %v", err)
+	}
+	if err := q.ReleaseQuiet(ctx, nil); err != nil {
+		t.Fatalf("ReleaseQuiet of no keys: %v", err)
+	}
+	for _, n := range names {
+		if _, err := other.Acquire(ctx, &driver.Request{Name: n, Owner: "q-after", Mode: driver.Exclusive, TTL: ttl}); err != nil {
+			t.Errorf("Acquire of %s after the quiet release: %v", n, err)
+		}
+	}
+	hs, err := other.List(ctx, &driver.Filter{Owner: "q-owner", Queued: true, Expired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if strings.HasPrefix(h.Name, name(t)) {
+			t.Errorf("left after the quiet release: %s of %s (queued: %v)", h.Name, h.Owner, h.Queued)
+		}
 	}
 }
 

@@ -1039,29 +1039,9 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 
 // Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
-	if err := s.begin(ctx); err != nil {
-		return nil, err
-	}
 	out := make([]bool, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	bs := make([]string, len(keys))
-	for i, k := range keys {
-		bs[i] = s.bellName(k.Name, k.Owner)
-	}
-	arg := func(bells []string) string { return keysJSON(keys, bells) }
-	cctx, cancel := callCtx(ctx)
-	defer cancel()
-	err := retry(ctx, func() error {
+	err := s.release(ctx, keys, "", func(res string) error {
 		clear(out)
-		res, ok, err := s.bells.releaseCall(cctx, bs, s.st.releaseSQL, arg)
-		if !ok {
-			err = s.st.release.QueryRowContext(cctx, arg(nil)).Scan(&res)
-		}
-		if err != nil {
-			return err
-		}
 		return parseOut(res, 1, func(i int, f []int64) error {
 			if i < 1 || i > len(out) {
 				return fmt.Errorf("release: entry %d out of range", i)
@@ -1070,6 +1050,44 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 			return nil
 		})
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseQuiet implements driver.QuietReleaser: a batch of plain holds
+// takes one statement instead of two.
+func (s *Store) ReleaseQuiet(ctx context.Context, keys []driver.Key) error {
+	return s.release(ctx, keys, "q", func(string) error { return nil })
+}
+
+// release calls the release procedure with keys, prefixed with prefix,
+// and passes its answer to read.
+func (s *Store) release(ctx context.Context, keys []driver.Key, prefix string, read func(res string) error) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	bs := make([]string, len(keys))
+	for i, k := range keys {
+		bs[i] = s.bellName(k.Name, k.Owner)
+	}
+	arg := func(bells []string) string { return prefix + keysJSON(keys, bells) }
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	err := retry(ctx, func() error {
+		res, ok, err := s.bells.releaseCall(cctx, bs, s.st.releaseSQL, arg)
+		if !ok {
+			err = s.st.release.QueryRowContext(cctx, arg(nil)).Scan(&res)
+		}
+		if err != nil {
+			return err
+		}
+		return read(res)
+	})
 	// The entries are gone (or the call failed, and they will expire):
 	// ring the bells that the procedure did not.
 	for _, k := range keys {
@@ -1077,9 +1095,9 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	}
 	s.bells.drop(bs...)
 	if err != nil {
-		return nil, wrap("release", err)
+		return wrap("release", err)
 	}
-	return out, nil
+	return nil
 }
 
 // List implements driver.Store. It honours f.Name, f.Prefix and f.Owner.

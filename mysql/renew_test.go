@@ -149,3 +149,13 @@ func BenchmarkReleaseMany(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCloseMany measures Client.Close of a client that holds 100,000
+// locks (-benchtime 1x: taking them, not timed, takes a minute).
+func BenchmarkCloseMany(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		b.Run(srv.Name, func(b *testing.B) {
+			drivertest.CloseMany(b, open(b, freshTable(b)), 100000)
+		})
+	}
+}

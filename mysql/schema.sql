@@ -509,9 +509,10 @@ COMMENT '{VERSION}'
 -- next in line a round trip and a log flush sooner than releasing them
 -- after the CALL would, and a woken waiter's acquire then waits for this
 -- commit on the name's row lock, so it never finds the entry still there.
+-- Keys prefixed with "q" (a Close) ask for no report: "" is returned.
 proc: BEGIN
 	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
-	DECLARE v_q, v_f TINYINT DEFAULT 0;
+	DECLARE v_q, v_f, v_quiet TINYINT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
 	DECLARE v_bell VARCHAR(64) CHARACTER SET ascii DEFAULT '';
@@ -537,6 +538,9 @@ proc: BEGIN
 		RESIGNAL;
 	END;
 
+	IF LEFT(p_keys, 1) = 'q' THEN
+		SET v_quiet = 1, p_keys = SUBSTRING(p_keys, 2);
+	END IF;
 	SET v_single = JSON_LENGTH(p_keys) = 1;
 	IF {FAST} THEN
 		IF v_single THEN
@@ -558,23 +562,34 @@ proc: BEGIN
 			END IF;
 		ELSE
 			-- So are a batch's plain holds (a Close), in two statements
-			-- for them all; the loop below sees the other entries.
-			SET v_gcl = @@SESSION.group_concat_max_len;
-			SET SESSION group_concat_max_len = 1 << 30;
-			SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
-			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
-			         i FOR ORDINALITY,
-			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-			  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
-			SET SESSION group_concat_max_len = v_gcl;
-			DELETE h FROM {HOLDS} h
-			  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
-			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			 WHERE h.queued = 0 AND h.flags = 0;
+			-- for them all, or one if no report is asked for; the loop
+			-- below sees the other entries.
+			IF v_quiet THEN
+				DELETE h FROM {HOLDS} h
+				  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+				    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				 WHERE h.queued = 0 AND h.flags = 0;
+				SET v_n = ROW_COUNT();
+			ELSE
+				SET v_gcl = @@SESSION.group_concat_max_len;
+				SET SESSION group_concat_max_len = 1 << 30;
+				SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
+				  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
+				         i FOR ORDINALITY,
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+				  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
+				SET SESSION group_concat_max_len = v_gcl;
+				DELETE h FROM {HOLDS} h
+				  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+				    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				 WHERE h.queued = 0 AND h.flags = 0;
+			END IF;
 			IF v_n = JSON_LENGTH(p_keys) THEN
 				-- Every key was a live plain hold (a Close, commonly): the
 				-- loop below would find nothing. (Bells are "baton:…", and
