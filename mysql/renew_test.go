@@ -155,7 +155,8 @@ func BenchmarkReleaseMany(b *testing.B) {
 func BenchmarkCloseMany(b *testing.B) {
 	for _, srv := range drivertest.Servers(serversEnv) {
 		b.Run(srv.Name, func(b *testing.B) {
-			drivertest.CloseMany(b, open(b, freshTable(b)), 100000)
+			tb := freshTable(b)
+			drivertest.CloseMany(b, func() driver.Store { return open(b, tb) }, 100000)
 		})
 	}
 }
