@@ -960,11 +960,14 @@ func (s *suite) quietRelease(t *testing.T) {
 	if err := q.ReleaseQuiet(ctx, nil); err != nil {
 		t.Fatalf("ReleaseQuiet of no keys: %v", err)
 	}
+	after := []driver.Key{{Name: queued, Owner: "q-blocker"}}
 	for _, n := range names {
 		if _, err := other.Acquire(ctx, &driver.Request{Name: n, Owner: "q-after", Mode: driver.Exclusive, TTL: ttl}); err != nil {
 			t.Errorf("Acquire of %s after the quiet release: %v", n, err)
 		}
+		after = append(after, driver.Key{Name: n, Owner: "q-after"})
 	}
+	defer other.Release(ctx, after)
 	hs, err := other.List(ctx, &driver.Filter{Owner: "q-owner", Queued: true, Expired: true})
 	if err != nil {
 		t.Fatal(err)
