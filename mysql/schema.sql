@@ -509,7 +509,8 @@ COMMENT '{VERSION}'
 -- next in line a round trip and a log flush sooner than releasing them
 -- after the CALL would, and a woken waiter's acquire then waits for this
 -- commit on the name's row lock, so it never finds the entry still there.
--- Keys prefixed with "q" (a Close) ask for no report: "" is returned.
+-- Keys prefixed with "q" (a Close) ask for no report: the answer may then
+-- leave held keys out.
 proc: BEGIN
 	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
 	DECLARE v_q, v_f, v_quiet TINYINT DEFAULT 0;
@@ -564,15 +565,7 @@ proc: BEGIN
 			-- So are a batch's plain holds (a Close), in two statements
 			-- for them all, or one if no report is asked for; the loop
 			-- below sees the other entries.
-			IF v_quiet THEN
-				DELETE h FROM {HOLDS} h
-				  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
-				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-				    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-				 WHERE h.queued = 0 AND h.flags = 0;
-				SET v_n = ROW_COUNT();
-			ELSE
+			IF NOT v_quiet THEN
 				SET v_gcl = @@SESSION.group_concat_max_len;
 				SET SESSION group_concat_max_len = 1 << 30;
 				SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
@@ -583,12 +576,15 @@ proc: BEGIN
 				  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
 				 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
 				SET SESSION group_concat_max_len = v_gcl;
-				DELETE h FROM {HOLDS} h
-				  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
-				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-				    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-				 WHERE h.queued = 0 AND h.flags = 0;
+			END IF;
+			DELETE h FROM {HOLDS} h
+			  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND h.flags = 0;
+			IF v_quiet THEN
+				SET v_n = ROW_COUNT();
 			END IF;
 			IF v_n = JSON_LENGTH(p_keys) THEN
 				-- Every key was a live plain hold (a Close, commonly): the
