@@ -500,8 +500,8 @@ func TestCloseReleasesQuietly(t *testing.T) {
 		}
 	}
 	c.Close()
-	if q, l := st.quiet.Load(), st.loud.Load(); q != n || l != 1 {
-		t.Errorf("keys released quietly %d, with a report %d; want %d and 1", q, l, n)
+	if quiet, loud := st.quiet.Load(), st.loud.Load(); quiet != n || loud != 1 {
+		t.Errorf("keys released quietly %d, with a report %d; want %d and 1", quiet, loud, n)
 	}
 	if hs, err := st.Store.List(ctx, &driver.Filter{}); err != nil || len(hs) != 0 {
 		t.Errorf("left after Close: %d holds, %v", len(hs), err)
