@@ -35,8 +35,8 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds, state, epochs, long, meta                            string
-	acquire, renew, release, purge, bind, reclaim, keep, incarnate, raise string
+	counters, holds, state, epochs, long, meta, stripes                          string
+	acquire, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise string
 }
 
 func newObjects(table string) objects {
@@ -47,6 +47,7 @@ func newObjects(table string) objects {
 		epochs:    table + "_epochs",
 		long:      table + "_long",
 		meta:      table + "_meta",
+		stripes:   table + "_stripes",
 		keep:      table + "_keep",
 		incarnate: table + "_incarnate",
 		raise:     table + "_raise",
@@ -55,16 +56,17 @@ func newObjects(table string) objects {
 		release:   table + "_release",
 		purge:     table + "_purge",
 		bind:      table + "_bind",
+		txrow:     table + "_txrow",
 		reclaim:   table + "_reclaim",
 	}
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.reclaim, o.keep, o.incarnate, o.raise}
+	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise}
 }
 
 func (o objects) tables() []string {
-	return []string{o.counters, o.holds, o.state, o.epochs, o.long, o.meta}
+	return []string{o.counters, o.holds, o.state, o.epochs, o.long, o.meta, o.stripes}
 }
 
 // The fast mode's MEMORY rows have a fixed width: a host is cut to
@@ -109,6 +111,8 @@ func (o objects) statements(durable bool) []string {
 		"{EPOCHS}", o.epochs,
 		"{LONG}", o.long,
 		"{META}", o.meta,
+		"{STRIPES}", o.stripes,
+		"{HEX}", "(SELECT 0 n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15)",
 		"{KEEP}", o.keep,
 		"{INCARNATE}", o.incarnate,
 		"{RAISE}", o.raise,
@@ -123,6 +127,7 @@ func (o objects) statements(durable bool) []string {
 		"{RELEASE}", o.release,
 		"{PURGE}", o.purge,
 		"{BIND}", o.bind,
+		"{TXROW}", o.txrow,
 		"{RECLAIM}", o.reclaim,
 		"{VERSION}", version(durable),
 		"{US}", "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ",
@@ -145,8 +150,8 @@ func (o objects) statements(durable bool) []string {
 }
 
 // DDL returns the SQL script that creates the lock table a Store with opts
-// uses (Options.Table, DefaultTable if empty) in the current database: six
-// tables and nine stored procedures, for a fast table or, with
+// uses (Options.Table, DefaultTable if empty) in the current database: seven
+// tables and ten stored procedures, for a fast table or, with
 // opts.Durable, a durable one (use Durable on MySQL with
 // enforce_gtid_consistency). It is written for the mysql and mariadb
 // command-line clients (it uses their DELIMITER command), e.g.
@@ -181,39 +186,46 @@ func DDL(opts *Options) (string, error) {
 // Every entry point is one CALL, hence one round trip. Acquire, Renew and
 // Release run one transaction (at READ COMMITTED, set by the procedure for
 // that transaction only, so that InnoDB takes no gap locks); inside it,
-// every change to a name happens while the transaction holds that name's
-// counters row FOR UPDATE, so the row lock serializes everything done to
-// one name across all clients. Renew and Release lock the names of a batch
-// in byte order (Renew all of them in one statement, from a batch the
-// client sorted) and Purge takes one name per transaction, so that no two
-// transactions can wait for each other's rows in a cycle. The counters row
-// of a name is created on first use with INSERT … ON DUPLICATE KEY UPDATE,
+// every change to a name happens while the transaction holds the name's
+// serializer FOR UPDATE, so that row lock serializes everything done to one
+// name across all clients. A durable table's serializer is the name's
+// counters row, created on first use with INSERT … ON DUPLICATE KEY UPDATE,
 // which takes an exclusive lock even when it finds the row inserted by a
 // concurrent transaction (a plain INSERT would take a shared lock there, and
-// two such transactions would deadlock upgrading it). Reclaim deletes the
-// counters rows of idle names, and a name used again starts above the
-// floor, the largest token of every deleted row: fencing tokens grow for
-// the life of the table.
+// two such transactions would deadlock upgrading it). A fast table's is the
+// name's stripe, a row of T_stripes made with the table, so a new name's
+// first grant inserts no row (whose commit would wait for a flush); it
+// takes the name's counters row too where there is one, which only
+// InLockedTx makes (see TXROW). Renew and Release lock the stripes and
+// names of a batch in the order of stripe, then name (Renew all of them in
+// one statement), and Purge takes one name per transaction, so that no two
+// transactions can wait for each other's rows in a cycle. Reclaim deletes
+// the counters of idle names, and a name used again starts above the
+// floor, the largest token of every deleted counter: fencing tokens grow
+// for the life of the table.
 //
 // Lock waits are bounded: each procedure sets innodb_lock_wait_timeout to
 // one second for its own statements (and puts the session's value back).
 // Only a transaction of Store.InLockedTx holds a name's row for longer; an
 // acquire that meets one answers "not granted", naming the transaction's
-// hold as the entry to wait for, instead of blocking in the server, and a
-// purge skips that name. This also bounds how long a CALL runs after its
-// client gave up on it (the server finishes a statement whose connection
-// was closed), see callCtx.
+// hold as the entry to wait for, instead of blocking in the server (on a
+// fast table, after waiting up to that second without the stripe, and
+// deciding again if the transaction ended), and a purge skips that name.
+// This also bounds how long a CALL runs after its client gave up on it
+// (the server finishes a statement whose connection was closed), see
+// callCtx.
 //
 // The clock is UTC_TIMESTAMP(6), read by a statement of its own right after
-// the name's row is locked. In a stored procedure each statement reads the
-// clock when it starts (unlike a stored function, where NOW() is fixed for
-// the calling statement), so the time read is no earlier than the moment
-// the CALL started to run, which is after the client sent it: an expiry of
-// time + TTL (TTL rounded up to whole microseconds) is never earlier than
-// send time + TTL, which is what the holder's own deadline assumes. Read
-// under the lock, it also never goes back between two decisions on a name
-// (unless the server's clock is stepped back), and a request that waited
-// for the lock does not get an expiry already partly spent.
+// the name's serializer is locked. In a stored procedure each statement
+// reads the clock when it starts (unlike a stored function, where NOW() is
+// fixed for the calling statement), so the time read is no earlier than
+// the moment the CALL started to run, which is after the client sent it:
+// an expiry of time + TTL (TTL rounded up to whole microseconds) is never
+// earlier than send time + TTL, which is what the holder's own deadline
+// assumes. Read under the lock, it also never goes back between two
+// decisions on a name (unless the server's clock is stepped back), and a
+// request that waited for the lock does not get an expiry already partly
+// spent.
 //
 // Durability is the server's: with innodb_flush_log_at_trx_commit=1 (the
 // default) every commit that changes something is flushed before the CALL

@@ -37,11 +37,12 @@
 // # Schema
 //
 // With Options.Table T (baton_locks by default), the store uses, in the
-// connection's database, the tables T (one row per lock name in use, which
-// serializes the decisions about the name; idle names' rows are reclaimed
-// every Options.Reclaim), T_holds (holds and queue entries), T_state,
-// T_epochs, T_long and T_meta, and the stored procedures T_acquire,
-// T_renew, T_release, T_purge, T_bind, T_reclaim, T_keep, T_incarnate and
+// connection's database, the tables T (in a durable table, one row per lock
+// name in use, which serializes the decisions about the name; idle names'
+// rows are reclaimed every Options.Reclaim), T_holds (holds and queue
+// entries), T_state, T_stripes (a fast table's serializers), T_epochs,
+// T_long and T_meta, and the stored procedures T_acquire, T_renew,
+// T_release, T_purge, T_bind, T_txrow, T_reclaim, T_keep, T_incarnate and
 // T_raise. Names and owners are VARBINARY, compared byte for byte. [DDL]
 // returns the script. Unless Options.NoCreate is set, the store runs it on
 // first use when the objects are missing or were made by another version
@@ -54,7 +55,8 @@
 //
 // # Guarantees and limits
 //
-// Each decision about a name is taken under that name's row lock, at READ
+// Each decision about a name is taken under a row lock that serializes the
+// name (its row of T in a durable table, its stripe in a fast one), at READ
 // COMMITTED (which needs binlog_format ROW or MIXED if the server writes a
 // binary log, and autocommit on, the default), with the grant rules of
 // package lockstate. Fencing tokens of a name grow for the life of the
@@ -70,9 +72,11 @@
 //
 // A fast table keeps holds, queue entries and counters in MEMORY tables,
 // so that grants, renewals and releases wait for no log flush; the
-// exceptions are the first grant on a name (its row in T is inserted; idle
-// names' rows go after Reclaim), leases longer than Options.MaxGrace and
-// metadata longer than 255 bytes, which are also written to InnoDB. A
+// exceptions are leases longer than Options.MaxGrace and metadata longer
+// than 255 bytes, which are also written to InnoDB. The decisions about a
+// name serialize on one of 65,536 InnoDB rows made with the table (a
+// stripe, shared by the names that hash to it), so even a name's first
+// grant inserts no row. A
 // restart of the server, clean or not, empties the MEMORY tables, and so
 // does a failover to a replica; the store then starts a new incarnation:
 // tokens carry an epoch, raised durably once per incarnation, so they keep
@@ -223,7 +227,7 @@ type stmts struct {
 	acquire, renew, release, bind            *sql.Stmt
 	listAll, listName, listOwner, listPrefix *sql.Stmt
 	raise                                    *sql.Stmt
-	purge, reclaim                           string
+	purge, reclaim, txrow                    string
 	acquireSQL, releaseSQL                   string // prepared again on the bell connections
 }
 
@@ -519,6 +523,7 @@ func (s *Store) setup(ctx context.Context) error {
 	st.listPrefix = prep("SELECT " + cols + " FROM " + h + " WHERE h.name >= UNHEX(?) AND h.name < UNHEX(?)")
 	st.purge = "CALL " + s.obj.purge + "()"
 	st.reclaim = "CALL " + s.obj.reclaim + "(?)"
+	st.txrow = "CALL " + s.obj.txrow + "(?)"
 	if err != nil {
 		st.close()
 		return fmt.Errorf("mysql: preparing statements: %w", err)

@@ -4,7 +4,19 @@ CREATE TABLE IF NOT EXISTS {COUNTERS} (
 	seq    BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last fencing token handed out',
 	ticket BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'last queue ticket handed out',
 	PRIMARY KEY (name)
-) ENGINE=InnoDB COMMENT='baton mysql store: fencing and queue counters, one row per lock name, never deleted'
+) ENGINE=InnoDB COMMENT='baton mysql store: fencing and queue counters, one row per lock name in use'
+-- ;;
+-- A fast table decides about a name while it holds the name's stripe,
+-- the row CRC32(name) & 65535, FOR UPDATE. The rows exist from the start:
+-- a new name's first grant inserts no InnoDB row, whose commit would wait
+-- for a log flush. (A durable table serializes on the name's own counters
+-- row, which it writes anyway.)
+CREATE TABLE IF NOT EXISTS {STRIPES} (
+	id SMALLINT UNSIGNED NOT NULL PRIMARY KEY
+) ENGINE=InnoDB COMMENT='baton mysql store: the serializers of a fast table''s names'
+-- ;;
+INSERT IGNORE INTO {STRIPES} (id)
+SELECT a.n << 12 | b.n << 8 | c.n << 4 | d.n FROM {HEX} a CROSS JOIN {HEX} b CROSS JOIN {HEX} c CROSS JOIN {HEX} d
 -- ;;
 CREATE TABLE IF NOT EXISTS {HOLDS} (
 	name    VARBINARY(255) NOT NULL,
@@ -76,6 +88,713 @@ CREATE TABLE IF NOT EXISTS {META} (
 	PRIMARY KEY (name, owner)
 ) ENGINE=InnoDB COMMENT='baton mysql store: long metadata'
 -- ;;
+DROP PROCEDURE IF EXISTS {RENEW}
+-- ;;
+CREATE PROCEDURE {RENEW}(IN p_holds LONGTEXT CHARACTER SET utf8mb4)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- renew extends the live holds of a JSON array of [hex name, hex owner,
+-- TTL in nanoseconds], sorted by name, and returns
+-- "i,token,created,renewed,expires;" for each hold renewed (i counts from
+-- 1). Holds that are not live are skipped without locking their name.
+--
+-- One hold (a lease's own renewal) takes a few statements on its name. A
+-- batch (keepalive's, for a client holding many locks) takes the same
+-- steps once for all its names, whatever their number: one statement
+-- locks each name's stripe (a fast table's) and then its row (which a fast
+-- table has only for InLockedTx), in the order of stripe and then name, as
+-- RELEASE does, so that no two calls wait for each other in a cycle.
+proc: BEGIN
+	DECLARE v_n, v_x, v_long INT DEFAULT 0;
+	DECLARE v_name VARBINARY(255);
+	DECLARE v_owner VARBINARY(128);
+	DECLARE v_ttl BIGINT;
+	DECLARE v_token BIGINT UNSIGNED;
+	DECLARE v_now, v_created, v_expires DATETIME(6);
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_live LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+	DECLARE v_f TINYINT DEFAULT 0;
+	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
+		RESIGNAL;
+	END;
+
+	IF {FAST} THEN
+		-- A new incarnation brings back the long leases (see INCARNATE).
+		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+			SET v_max_ttl = NULL;
+			SELECT max_ttl INTO v_max_ttl FROM {STATE} WHERE name = '';
+		END IF;
+	END IF;
+	{LOCKWAIT}
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	IF JSON_LENGTH(p_holds) = 1 THEN
+		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][0]'))),
+		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][1]'))),
+		    v_ttl = JSON_EXTRACT(p_holds, '$[0][2]');
+		SELECT COUNT(*) INTO v_x FROM {HOLDS}
+		 WHERE name = v_name AND owner = v_owner AND queued = 0 AND expires > UTC_TIMESTAMP(6);
+		IF v_x = 1 THEN
+			IF {FAST} THEN
+				SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+			END IF;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
+			SET v_now = UTC_TIMESTAMP(6);
+			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
+			SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
+			  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
+			IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
+				SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
+			END IF;
+			IF v_n = 1 THEN
+				SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
+				UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+				 WHERE name = v_name AND owner = v_owner;
+				IF v_f & 1 THEN
+					UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+					 WHERE name = v_name AND owner = v_owner;
+				END IF;
+				SET v_out = CONCAT('1,', v_token, ',', {US}v_created), ',', {US}v_now), ',', {US}v_expires), ';');
+			END IF;
+		END IF;
+	ELSE
+		-- The results are built by GROUP_CONCAT, which cuts them at
+		-- group_concat_max_len: the session's value is put back below.
+		SET v_gcl = @@SESSION.group_concat_max_len;
+		SET SESSION group_concat_max_len = 1 << 30;
+		-- The live holds, in the order of their names' stripes, as [i,
+		-- hex name, hex owner, TTL, stripe]. The table is read here and
+		-- not in the statements that wait for the locks: a MEMORY table
+		-- stays locked for the whole of a statement that reads it.
+		SELECT CONCAT('[', GROUP_CONCAT('[', j.i, ',"', j.n, '","', j.o, '",', j.t, ',', CRC32(UNHEX(j.n)) & 65535, ']'
+		                                ORDER BY CRC32(UNHEX(j.n)) & 65535, j.i), ']') INTO v_live
+		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
+		         i FOR ORDINALITY,
+		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]',
+		         t BIGINT PATH '$[2]')) AS j
+		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.queued = 0
+		                  AND e.expires > UTC_TIMESTAMP(6));
+		IF v_live IS NOT NULL THEN
+			-- An UPDATE that changes nothing: it locks the rows it finds,
+			-- as SELECT … FOR UPDATE would (which MySQL refuses with a
+			-- JSON_TABLE in it), and writes no log. The index is forced on
+			-- every table joined here: a small table would be scanned, and
+			-- the scan would wait for the rows of other names.
+			IF {FAST} THEN
+				-- Each name's stripe, then its row if it has one (only
+				-- InLockedTx makes them).
+				UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+				         s INT PATH '$[4]')) AS j
+				  STRAIGHT_JOIN {STRIPES} t FORCE INDEX (PRIMARY) ON t.id = j.s
+				  LEFT JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = UNHEX(j.n)
+				   SET t.id = t.id, c.seq = c.seq;
+			ELSE
+				UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
+				  STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = UNHEX(j.n)
+				   SET c.seq = c.seq;
+			END IF;
+			SET v_now = UTC_TIMESTAMP(6);
+			DELETE h FROM JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n)
+			 WHERE h.expires <= v_now;
+			-- A plain hold longer than the grace period covers is not
+			-- renewed (the client RAISEs first).
+			UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
+			         t BIGINT PATH '$[3]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND
+			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
+			SELECT COALESCE(GROUP_CONCAT(j.i, ',', h.token, ',', {US}h.created), ',', {US}h.renewed), ',', {US}h.expires)
+			                             ORDER BY j.i SEPARATOR ';'), ''),
+			       COALESCE(SUM(h.flags & 1), 0)
+			  INTO v_out, v_long
+			  FROM JSON_TABLE(v_live, '$[*]' COLUMNS (
+			         i INT PATH '$[0]',
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
+			         t BIGINT PATH '$[3]')) AS j
+			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
+			IF v_long > 0 THEN
+				UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]')) AS j
+				  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				  STRAIGHT_JOIN {LONG} l FORCE INDEX (PRIMARY) ON l.name = h.name AND l.owner = h.owner
+				   SET l.ttl_ns = h.ttl_ns, l.renewed = h.renewed, l.expires = h.expires
+				 WHERE h.queued = 0 AND h.flags & 1 AND h.renewed = v_now;
+			END IF;
+		END IF;
+		SET SESSION group_concat_max_len = v_gcl;
+	END IF;
+	COMMIT;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	SELECT v_out;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {RELEASE}
+-- ;;
+CREATE PROCEDURE {RELEASE}(IN p_keys LONGTEXT CHARACTER SET utf8mb4)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- release removes the holds and queue entries of a JSON array of [hex
+-- name, hex owner, bell] and returns "i,held;" for each live entry removed,
+-- held being 1 for a hold and 0 for a queue entry. Keys without a live
+-- entry are skipped without locking their name. The bells that are not ''
+-- are released (RELEASE_LOCK) once the entries are deleted and before the
+-- commit: called on the session that holds them, this wakes the waiters
+-- next in line a round trip and a log flush sooner than releasing them
+-- after the CALL would, and a woken waiter's acquire then waits for this
+-- commit on the name's row or stripe lock, so it never finds the entry
+-- still there.
+-- Keys prefixed with "q" (a Close) ask for no report: the answer may then
+-- leave held keys out.
+proc: BEGIN
+	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
+	DECLARE v_q, v_f, v_quiet TINYINT DEFAULT 0;
+	DECLARE v_name VARBINARY(255);
+	DECLARE v_owner VARBINARY(128);
+	DECLARE v_bell VARCHAR(64) CHARACTER SET ascii DEFAULT '';
+	DECLARE v_now DATETIME(6);
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE cur CURSOR FOR
+		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
+		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
+		         i FOR ORDINALITY,
+		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.expires > UTC_TIMESTAMP(6))
+		 ORDER BY CRC32(UNHEX(j.n)) & 65535, UNHEX(j.n), j.i;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
+		RESIGNAL;
+	END;
+
+	IF LEFT(p_keys, 1) = 'q' THEN
+		SET v_quiet = 1, p_keys = SUBSTRING(p_keys, 2);
+	END IF;
+	SET v_single = JSON_LENGTH(p_keys) = 1;
+	IF {FAST} THEN
+		IF v_single THEN
+			-- A lease's own release of a plain hold takes one statement:
+			-- a statement on a MEMORY table is atomic, and a decision
+			-- about the name that read the hold just before could only
+			-- refuse a request, whose waiter the bell wakes.
+			SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
+			    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
+			    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
+			DELETE FROM {HOLDS}
+			 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6);
+			IF ROW_COUNT() = 1 THEN
+				IF v_bell <> '' THEN
+					DO RELEASE_LOCK(v_bell);
+				END IF;
+				SELECT '1,1;';
+				LEAVE proc;
+			END IF;
+		ELSE
+			-- So are a batch's plain holds (a Close), in two statements
+			-- for them all, or one if no report is asked for; the loop
+			-- below sees the other entries.
+			IF NOT v_quiet THEN
+				SET v_gcl = @@SESSION.group_concat_max_len;
+				SET SESSION group_concat_max_len = 1 << 30;
+				SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
+				  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
+				         i FOR ORDINALITY,
+				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+				  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+				 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
+				SET SESSION group_concat_max_len = v_gcl;
+			END IF;
+			DELETE h FROM {HOLDS} h
+			  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
+			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
+			 WHERE h.queued = 0 AND h.flags = 0;
+			IF v_quiet THEN
+				SET v_n = ROW_COUNT();
+			END IF;
+			IF v_n = JSON_LENGTH(p_keys) THEN
+				-- Every key was a live plain hold (a Close, commonly): the
+				-- loop below would find nothing. (Bells are "baton:…", and
+				-- names and owners hex: most batches have no bell to ring,
+				-- and a LOCATE costs less than a JSON_TABLE.)
+				IF LOCATE('"baton:', p_keys) > 0 THEN
+					SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
+					  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
+					 WHERE j.b <> '';
+				END IF;
+				SELECT v_out;
+				LEAVE proc;
+			END IF;
+		END IF;
+		-- A long lease's hold comes back with a new incarnation: start it
+		-- now, so that the release removes it.
+		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+		END IF;
+	END IF;
+	{LOCKWAIT}
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	-- One key (a lease's own release) needs no cursor, which costs a
+	-- temporary table.
+	IF v_single THEN
+		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
+		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
+		    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
+	ELSE
+		OPEN cur;
+	END IF;
+	release_loop: LOOP
+		IF v_single THEN
+			IF v_i = 1 THEN
+				LEAVE release_loop;
+			END IF;
+			SET v_i = 1;
+			SELECT COUNT(*) INTO v_x FROM {HOLDS}
+			 WHERE name = v_name AND owner = v_owner AND expires > UTC_TIMESTAMP(6);
+			IF v_x = 0 THEN
+				LEAVE release_loop;
+			END IF;
+		ELSE
+			FETCH cur INTO v_i, v_name, v_owner;
+			IF v_done THEN
+				LEAVE release_loop;
+			END IF;
+		END IF;
+		IF {FAST} THEN
+			SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+		END IF;
+		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
+		SET v_now = UTC_TIMESTAMP(6);
+		SELECT COUNT(*), COALESCE(MAX(queued), 1), COALESCE(MAX(flags), 0) INTO v_n, v_q, v_f
+		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND expires > v_now;
+		-- The entry, and the name's expired ones (lockstate drops them first).
+		DELETE FROM {HOLDS} WHERE name = v_name AND (owner = v_owner OR expires <= v_now);
+		IF v_f THEN
+			DELETE FROM {LONG} WHERE name = v_name AND owner = v_owner;
+			DELETE FROM {META} WHERE name = v_name AND owner = v_owner;
+		END IF;
+		IF v_n = 1 THEN
+			SET v_out = CONCAT(v_out, v_i, ',', 1 - v_q, ';');
+		END IF;
+	END LOOP;
+	IF v_single THEN
+		IF v_bell <> '' THEN
+			DO RELEASE_LOCK(v_bell);
+		END IF;
+	ELSE
+		CLOSE cur;
+		IF LOCATE('"baton:', p_keys) > 0 THEN
+			SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
+			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
+			 WHERE j.b <> '';
+		END IF;
+	END IF;
+	COMMIT;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	SELECT v_out;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {PURGE}
+-- ;;
+CREATE PROCEDURE {PURGE}()
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- purge deletes the expired holds and queue entries of every name, one
+-- transaction per name, and returns the holds: one result set per name
+-- (name, owner, mode, lim, token, host, meta, ttl_ns, created, renewed,
+-- expires, now).
+BEGIN
+	DECLARE v_done, v_x, v_locked INT DEFAULT 0;
+	DECLARE v_name VARBINARY(255);
+	DECLARE v_now DATETIME(6);
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE cur CURSOR FOR
+		SELECT DISTINCT name FROM {HOLDS} WHERE expires <= UTC_TIMESTAMP(6) ORDER BY name;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		RESIGNAL;
+	END;
+
+	{LOCKWAIT}
+	OPEN cur;
+	purge_loop: LOOP
+		FETCH cur INTO v_name;
+		IF v_done THEN
+			LEAVE purge_loop;
+		END IF;
+		SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+		START TRANSACTION;
+		SET v_locked = 0;
+		lock_name: BEGIN
+			DECLARE EXIT HANDLER FOR 1205 SET v_locked = 1;
+			IF {FAST} THEN
+				-- As in ACQUIRE, without waiting for InLockedTx.
+				SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+				SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name;
+				IF v_x = 1 THEN
+					SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE SKIP LOCKED;
+					SET v_locked = 1 - v_x;
+				END IF;
+				LEAVE lock_name;
+			END IF;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
+		END lock_name;
+		IF v_locked = 1 THEN -- held by a transaction of InTx
+			ROLLBACK;
+		ELSE
+			SET v_now = UTC_TIMESTAMP(6);
+			SELECT h.name, h.owner, h.mode, h.lim, h.token, h.host, {METACOL}, h.ttl_ns,
+			       {US}h.created), {US}h.renewed), {US}h.expires), {US}v_now)
+			  FROM {HOLDS} h {METAJOIN} WHERE h.name = v_name AND h.expires <= v_now AND h.queued = 0;
+			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
+			COMMIT;
+		END IF;
+	END LOOP;
+	CLOSE cur;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {BIND}
+-- ;;
+CREATE PROCEDURE {BIND}(IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_token BIGINT UNSIGNED)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- bind runs inside the transaction of Store.InTx (it neither starts nor
+-- ends one): it takes the name's counters row FOR UPDATE, which the
+-- transaction then holds until it ends, so that nothing is granted on the
+-- name meanwhile, and deletes the hold through which InTx waited its turn
+-- and got its token, if that hold is still live. It returns 1 if it was.
+-- A fast table's row is made by TXROW first. Without it (a process of a
+-- version before stripes), the transaction holds the name's stripe
+-- instead, which keeps out grants of the other names on the stripe too.
+BEGIN
+	DECLARE v_x INT DEFAULT 0;
+	SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name FOR UPDATE;
+	IF v_x = 0 AND {FAST} THEN
+		SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(p_name) & 65535 FOR UPDATE;
+	END IF;
+	DELETE FROM {HOLDS}
+	 WHERE name = p_name AND owner = p_owner AND queued = 0 AND token = p_token
+	   AND expires > UTC_TIMESTAMP(6);
+	SET v_x = ROW_COUNT();
+	DELETE FROM {LONG} WHERE name = p_name AND owner = p_owner;
+	DELETE FROM {META} WHERE name = p_name AND owner = p_owner;
+	SELECT v_x;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {TXROW}
+-- ;;
+CREATE PROCEDURE {TXROW}(IN p_name VARBINARY(255))
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- txrow makes sure that the name's counters row exists, for a transaction
+-- of InLockedTx on a fast table to hold (see BIND). A missing row is
+-- inserted while the name's stripe is locked, and committed: every acquire
+-- that locks the stripe later finds the row, and waits while a transaction
+-- holds it. Called by the holder of the name, before its transaction.
+proc: BEGIN
+	DECLARE v_x INT DEFAULT 0;
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		RESIGNAL;
+	END;
+	SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name;
+	IF v_x = 1 THEN
+		LEAVE proc;
+	END IF;
+	{LOCKWAIT}
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(p_name) & 65535 FOR UPDATE;
+	INSERT INTO {COUNTERS} (name) VALUES (p_name) ON DUPLICATE KEY UPDATE seq = seq;
+	COMMIT;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {RECLAIM}
+-- ;;
+CREATE PROCEDURE {RECLAIM}(IN p_every BIGINT)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- reclaim, unless a reclaim ran in the last p_every microseconds, deletes
+-- the counters rows of the names that have neither holds nor queue
+-- entries, and raises the floor (the row named '', which no lock name is)
+-- to their largest token, so that a name used again starts above every
+-- token it had (see acquire). The floor row's ticket is when the last
+-- reclaim ran, in microseconds of the server's clock. It returns how many
+-- rows went, or -1 if it did not run.
+proc: BEGIN
+	DECLARE v_now, v_last, v_n BIGINT DEFAULT 0;
+	DECLARE v_max BIGINT UNSIGNED DEFAULT 0;
+	DECLARE v_lwt BIGINT DEFAULT NULL;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone, {RECLAIM}_keys;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		RESIGNAL;
+	END;
+
+	{LOCKWAIT}
+	-- (Created outside the transaction: servers that enforce GTID
+	-- consistency refuse it inside one.)
+	DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone, {RECLAIM}_keys;
+	CREATE TEMPORARY TABLE {RECLAIM}_idle (
+		name   VARBINARY(255) NOT NULL PRIMARY KEY,
+		seq    BIGINT UNSIGNED NULL,
+		ticket BIGINT UNSIGNED NULL
+	);
+	CREATE TEMPORARY TABLE {RECLAIM}_gone LIKE {RECLAIM}_idle;
+	CREATE TEMPORARY TABLE {RECLAIM}_keys (
+		name  VARBINARY(255) NOT NULL,
+		owner VARBINARY(128) NOT NULL,
+		PRIMARY KEY (name, owner)
+	);
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	INSERT INTO {COUNTERS} (name) VALUES ('') ON DUPLICATE KEY UPDATE seq = seq;
+	SELECT ticket INTO v_last FROM {COUNTERS} WHERE name = '' FOR UPDATE;
+	SET v_now = {US}UTC_TIMESTAMP(6));
+	IF v_last > v_now - p_every AND v_last <= v_now THEN
+		ROLLBACK;
+		DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone, {RECLAIM}_keys;
+		SET SESSION innodb_lock_wait_timeout = v_lwt;
+		SELECT -1;
+		LEAVE proc;
+	END IF;
+	-- The idle names, read together with their counters (NULL: a name
+	-- whose counters went with an earlier incarnation).
+	INSERT INTO {RECLAIM}_idle (name, seq, ticket)
+	SELECT c.name, c.seq, c.ticket FROM {SEQS} c
+	 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
+	IF {FAST} THEN
+		INSERT IGNORE INTO {RECLAIM}_idle (name, seq, ticket)
+		SELECT c.name, NULL, NULL FROM {COUNTERS} c
+		 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {STATE} s WHERE s.name = c.name)
+		   AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
+	END IF;
+	-- Their rows (a fast table: their stripes, and their rows where they
+	-- have one), locked, if their counters are unchanged since: every hold
+	-- or queue entry comes with a new token or ticket, so such a name
+	-- gained none. A row another transaction has locked (a call deciding
+	-- about the name, a transaction of InLockedTx) is skipped, not waited
+	-- for.
+	IF {FAST} THEN
+		INSERT INTO {RECLAIM}_gone (name, seq, ticket)
+		SELECT i.name, i.seq, i.ticket FROM {RECLAIM}_idle i
+		  STRAIGHT_JOIN {STRIPES} s FORCE INDEX (PRIMARY) ON s.id = CRC32(i.name) & 65535
+		   FOR UPDATE SKIP LOCKED;
+		-- The names with a row (read without locking, as INSERT … SELECT
+		-- does at READ COMMITTED) are marked 0, those whose row is now
+		-- locked 1; the others are held by InLockedTx.
+		DELETE FROM {RECLAIM}_idle;
+		INSERT INTO {RECLAIM}_idle (name, seq)
+		SELECT c.name, 0 FROM {RECLAIM}_gone g STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = g.name;
+		INSERT INTO {RECLAIM}_idle (name, seq)
+		SELECT c.name, 1 FROM {RECLAIM}_gone g STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = g.name
+		   FOR UPDATE SKIP LOCKED
+		    ON DUPLICATE KEY UPDATE seq = 1;
+		DELETE g FROM {RECLAIM}_gone g JOIN {RECLAIM}_idle i ON i.name = g.name WHERE i.seq = 0;
+	ELSE
+		INSERT INTO {RECLAIM}_gone (name, seq, ticket)
+		SELECT c.name, i.seq, i.ticket FROM {COUNTERS} c
+		  JOIN {RECLAIM}_idle i ON i.name = c.name
+		   FOR UPDATE SKIP LOCKED;
+	END IF;
+	DELETE g FROM {RECLAIM}_gone g LEFT JOIN {SEQS} c ON c.name = g.name
+	 WHERE NOT (c.seq <=> g.seq AND c.ticket <=> g.ticket);
+	-- The floor goes up before the counters go: a MEMORY table's writes
+	-- are seen at once, and a call that finds a name's counters gone
+	-- reads the floor after.
+	SELECT COALESCE(MAX(seq), 0) INTO v_max FROM {RECLAIM}_gone;
+	UPDATE {SEQS} SET seq = GREATEST(seq, v_max) WHERE name = '';
+	DELETE c FROM {RECLAIM}_gone g STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = g.name;
+	SET v_n = ROW_COUNT();
+	IF {FAST} THEN
+		DELETE c FROM {STATE} c JOIN {RECLAIM}_gone g ON g.name = c.name;
+		SELECT COUNT(*) INTO v_n FROM {RECLAIM}_gone;
+		-- Long leases and long metadata whose entries are gone, but for
+		-- rows another transaction has locked: a release deletes them
+		-- while it holds stripes, which this transaction may hold too.
+		INSERT INTO {RECLAIM}_keys (name, owner)
+		SELECT l.name, l.owner FROM {LONG} l WHERE l.expires <= UTC_TIMESTAMP(6)
+		   FOR UPDATE SKIP LOCKED;
+		DELETE l FROM {RECLAIM}_keys k STRAIGHT_JOIN {LONG} l FORCE INDEX (PRIMARY) ON l.name = k.name AND l.owner = k.owner;
+		DELETE FROM {RECLAIM}_keys;
+		INSERT INTO {RECLAIM}_keys (name, owner)
+		SELECT m.name, m.owner FROM {META} m
+		 WHERE NOT EXISTS (SELECT 1 FROM {HOLDS} h
+		                    WHERE h.name = m.name AND h.owner = m.owner AND h.token = m.token AND h.flags & 2)
+		   FOR UPDATE SKIP LOCKED;
+		DELETE m FROM {RECLAIM}_keys k STRAIGHT_JOIN {META} m FORCE INDEX (PRIMARY) ON m.name = k.name AND m.owner = k.owner;
+	END IF;
+	UPDATE {COUNTERS} SET ticket = v_now WHERE name = '';
+	COMMIT;
+	DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone, {RECLAIM}_keys;
+	SET SESSION innodb_lock_wait_timeout = v_lwt;
+	SELECT v_n;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {KEEP}
+-- ;;
+CREATE PROCEDURE {KEEP}(IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_flags TINYINT,
+	IN p_token BIGINT UNSIGNED, IN p_meta BLOB)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- keep writes, in the caller's transaction, what a MEMORY row of {HOLDS}
+-- cannot keep: a lease longer than the grace period to {LONG} (flag 1), so
+-- that a new incarnation brings it back; metadata too long for the row to
+-- {META} (flag 2). Both are InnoDB: the commit is flushed.
+BEGIN
+	IF p_flags & 1 THEN
+		REPLACE INTO {LONG} (name, owner, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
+		SELECT name, owner, mode, lim, token, host, p_meta, ttl_ns, created, renewed, expires
+		  FROM {HOLDS} WHERE name = p_name AND owner = p_owner;
+	END IF;
+	IF p_flags & 2 THEN
+		REPLACE INTO {META} (name, owner, token, meta) VALUES (p_name, p_owner, p_token, p_meta);
+	END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {INCARNATE}
+-- ;;
+CREATE PROCEDURE {INCARNATE}()
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- incarnate starts a new incarnation of the lock state, unless another
+-- session did since the caller found the marker missing. {HOLDS} and
+-- {STATE} are MEMORY tables: a restart of the server, clean or not,
+-- empties them, and a replica promoted to primary may have rows its old
+-- primary wrote. Either way they hold no grant of this incarnation, so
+-- they are emptied; then, durably, the epoch goes up by one (tokens are
+-- epoch << 32 | counter, so they stay above every token handed out
+-- before), the long leases of {LONG} come back, and the marker records the
+-- epoch, the server, and a grace period as long as the longest lease ever
+-- granted without a flush: every hold the server forgot ends before its
+-- name is granted again.
+proc: BEGIN
+	DECLARE v_got INT DEFAULT NULL;
+	DECLARE v_epoch INT UNSIGNED DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE v_max, v_heap, v_mdl BIGINT DEFAULT NULL;
+	DECLARE v_now DATETIME(6);
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_heap IS NOT NULL THEN SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl; END IF;
+		DO RELEASE_LOCK({INCLOCK});
+		RESIGNAL;
+	END;
+
+	SELECT GET_LOCK({INCLOCK}, 5) INTO v_got;
+	IF v_got IS NULL OR v_got <> 1 THEN
+		SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: another session started a new incarnation for more than 5 s';
+	END IF;
+	SELECT epoch, server INTO v_epoch, v_srv FROM {STATE} WHERE name = '';
+	IF v_epoch IS NOT NULL AND v_srv = {SERVERID} THEN
+		DO RELEASE_LOCK({INCLOCK});
+		LEAVE proc;
+	END IF;
+	-- TRUNCATE also gives the tables this session's size limit, which a
+	-- restart set back to the global max_heap_table_size. It waits for
+	-- transactions that used the tables to end: a few seconds at most.
+	SET v_heap = @@SESSION.max_heap_table_size, v_mdl = @@SESSION.lock_wait_timeout;
+	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED), SESSION lock_wait_timeout = 5;
+	TRUNCATE TABLE {HOLDS};
+	TRUNCATE TABLE {STATE};
+	SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl;
+	SET v_heap = NULL;
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	UPDATE {EPOCHS} SET epoch = epoch + 1 WHERE id = 1;
+	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1;
+	COMMIT;
+	SET v_now = UTC_TIMESTAMP(6);
+	INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
+	SELECT name, owner, 0, mode, lim, token, host, IF(LENGTH(meta) > {METAMAX}, NULL, meta), ttl_ns, created, renewed, expires,
+	       IF(LENGTH(meta) > {METAMAX}, 3, 1)
+	  FROM {LONG} WHERE expires > v_now;
+	INSERT INTO {STATE} (name, seq, ticket, epoch, server, grace, max_ttl)
+	VALUES ('', v_epoch << 32, 0, v_epoch, {SERVERID}, v_now + INTERVAL ((v_max + 999) DIV 1000) MICROSECOND, v_max);
+	DO RELEASE_LOCK({INCLOCK});
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {RAISE}
+-- ;;
+CREATE PROCEDURE {RAISE}(IN p_ttl BIGINT, IN p_epoch BIGINT)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- raise records durably, before a lease longer than every lease granted
+-- without a flush is granted, that a grace period must last p_ttl; and
+-- starts a new epoch, durably, if the epoch is still p_epoch (a name's
+-- counter is full: its next token would be in the next epoch's range, and
+-- a crash would hand it out again). The marker follows once that is
+-- committed. It returns the marker's max_ttl.
+BEGIN
+	DECLARE v_epoch INT UNSIGNED;
+	DECLARE v_max BIGINT;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		RESIGNAL;
+	END;
+	-- The incarnation starts first: its grace period covers the leases
+	-- granted before this raise, not the longer ones it allows.
+	IF {FAST} THEN
+		SELECT server INTO v_srv FROM {STATE} WHERE name = '';
+		IF v_srv IS NULL OR v_srv <> {SERVERID} THEN
+			CALL {INCARNATE}();
+		END IF;
+	END IF;
+	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+	START TRANSACTION;
+	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1 FOR UPDATE;
+	IF p_ttl > v_max THEN
+		SET v_max = p_ttl;
+	END IF;
+	IF p_epoch >= 0 AND v_epoch <= p_epoch THEN
+		SET v_epoch = p_epoch + 1;
+	END IF;
+	UPDATE {EPOCHS} SET epoch = v_epoch, max_ttl = v_max WHERE id = 1;
+	COMMIT;
+	UPDATE {STATE}
+	   SET max_ttl = GREATEST(max_ttl, v_max), epoch = GREATEST(epoch, v_epoch), seq = GREATEST(seq, v_epoch << 32)
+	 WHERE name = '';
+	SELECT v_max;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS {ACQUIRE}
 -- ;;
 CREATE PROCEDURE {ACQUIRE}(
@@ -105,7 +824,7 @@ COMMENT '{VERSION}'
 proc: BEGIN
 	DECLARE v_now, v_created, v_expires, v_mexp, v_first DATETIME(6) DEFAULT NULL;
 	DECLARE v_status, v_mode, v_bqueued TINYINT DEFAULT 0;
-	DECLARE v_me, v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_ok, v_locked, v_conflict INT DEFAULT 0;
+	DECLARE v_me, v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_ok, v_locked, v_conflict, v_x, v_waited INT DEFAULT 0;
 	DECLARE v_seq, v_tick, v_token, v_mtoken, v_btoken BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE v_after, v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_bowner VARBINARY(128) DEFAULT NULL;
@@ -141,6 +860,19 @@ proc: BEGIN
 	START TRANSACTION;
 	lock_name: BEGIN
 		DECLARE EXIT HANDLER FOR 1205 SET v_locked = 1;
+		IF {FAST} THEN
+			-- The name's stripe serializes (see {STRIPES}). The name's own
+			-- row exists only for InLockedTx (see TXROW), whose transaction
+			-- holds it without the stripe: a row that cannot be locked at
+			-- once is waited for below, with the stripe let go.
+			SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(p_name) & 65535 FOR UPDATE;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name;
+			IF v_x = 1 THEN
+				SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name FOR UPDATE SKIP LOCKED;
+				SET v_locked = 2 * (1 - v_x);
+			END IF;
+			LEAVE lock_name;
+		END IF;
 		-- (Not IF EXISTS (SELECT …): a subquery of a stored program's
 		-- condition takes a shared lock, and two such transactions deadlock
 		-- upgrading it. SELECT … INTO is a plain read, and at READ
@@ -156,10 +888,27 @@ proc: BEGIN
 			SELECT seq, ticket INTO v_seq, v_tick FROM {COUNTERS} WHERE name = p_name;
 		END IF;
 	END lock_name;
+	IF v_locked = 2 AND v_waited = 0 THEN
+		-- A transaction of InLockedTx holds the name: wait for its end (a
+		-- second at most) without holding the stripe, which other names
+		-- share, then decide again.
+		ROLLBACK;
+		SET v_waited = 1, v_locked = 0;
+		SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+		START TRANSACTION;
+		wait_name: BEGIN
+			DECLARE EXIT HANDLER FOR 1205 SET v_locked = 1;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name FOR UPDATE;
+		END wait_name;
+		ROLLBACK;
+		IF v_locked = 0 THEN
+			SET SESSION innodb_lock_wait_timeout = v_lwt;
+			ITERATE attempt;
+		END IF;
+	END IF;
 	IF {FAST} AND v_locked = 0 THEN
-		-- The counters row only serializes; the counters are in {STATE},
-		-- read with the marker of the incarnation (see INCARNATE) and
-		-- the floor.
+		-- The counters are in {STATE}, read with the marker of the
+		-- incarnation (see INCARNATE) and the floor.
 		SELECT MAX(IF(name = '', epoch, NULL)), MAX(IF(name = '', grace, NULL)), MAX(IF(name = '', max_ttl, NULL)),
 		       MAX(IF(name = '', server, NULL)), MAX(IF(name = '', seq, NULL)),
 		       MAX(IF(name = '', NULL, seq)), MAX(IF(name = '', NULL, ticket))
@@ -189,9 +938,10 @@ proc: BEGIN
 	END IF;
 	LEAVE attempt;
 	END LOOP attempt;
-	IF v_locked = 1 THEN
-		-- The name stayed locked for a second: a transaction of InTx holds
-		-- it. Not granted; wait for the holder it took its turn as, whose
+	IF v_locked <> 0 THEN
+		-- The name stayed locked for a second (a fast table: or was locked
+		-- again after that second): a transaction of InTx holds it. Not
+		-- granted; wait for the holder it took its turn as, whose
 		-- committed row is still visible.
 		ROLLBACK;
 		SET SESSION innodb_lock_wait_timeout = v_lwt;
@@ -352,606 +1102,3 @@ proc: BEGIN
 	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
 END
 -- ;;
-DROP PROCEDURE IF EXISTS {RENEW}
--- ;;
-CREATE PROCEDURE {RENEW}(IN p_holds LONGTEXT CHARACTER SET utf8mb4)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- renew extends the live holds of a JSON array of [hex name, hex owner,
--- TTL in nanoseconds], sorted by name, and returns
--- "i,token,created,renewed,expires;" for each hold renewed (i counts from
--- 1). Holds that are not live are skipped without locking their name.
---
--- One hold (a lease's own renewal) takes a few statements on its name. A
--- batch (keepalive's, for a client holding many locks) takes the same
--- steps once for all its names, whatever their number: the names' rows
--- are locked by one statement, in the batch's order, which is byte order
--- as in RELEASE, so that no two batches wait for each other in a cycle.
-proc: BEGIN
-	DECLARE v_n, v_x, v_long INT DEFAULT 0;
-	DECLARE v_name VARBINARY(255);
-	DECLARE v_owner VARBINARY(128);
-	DECLARE v_ttl BIGINT;
-	DECLARE v_token BIGINT UNSIGNED;
-	DECLARE v_now, v_created, v_expires DATETIME(6);
-	DECLARE v_lwt BIGINT DEFAULT NULL;
-	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
-	DECLARE v_live LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
-	DECLARE v_f TINYINT DEFAULT 0;
-	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
-	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
-		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
-		RESIGNAL;
-	END;
-
-	IF {FAST} THEN
-		-- A new incarnation brings back the long leases (see INCARNATE).
-		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
-		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
-			CALL {INCARNATE}();
-			SET v_max_ttl = NULL;
-			SELECT max_ttl INTO v_max_ttl FROM {STATE} WHERE name = '';
-		END IF;
-	END IF;
-	{LOCKWAIT}
-	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-	START TRANSACTION;
-	IF JSON_LENGTH(p_holds) = 1 THEN
-		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][0]'))),
-		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_holds, '$[0][1]'))),
-		    v_ttl = JSON_EXTRACT(p_holds, '$[0][2]');
-		SELECT COUNT(*) INTO v_x FROM {HOLDS}
-		 WHERE name = v_name AND owner = v_owner AND queued = 0 AND expires > UTC_TIMESTAMP(6);
-		IF v_x = 1 THEN
-			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
-			SET v_now = UTC_TIMESTAMP(6);
-			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-			SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
-			  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
-			IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
-				SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
-			END IF;
-			IF v_n = 1 THEN
-				SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
-				UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
-				 WHERE name = v_name AND owner = v_owner;
-				IF v_f & 1 THEN
-					UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
-					 WHERE name = v_name AND owner = v_owner;
-				END IF;
-				SET v_out = CONCAT('1,', v_token, ',', {US}v_created), ',', {US}v_now), ',', {US}v_expires), ';');
-			END IF;
-		END IF;
-	ELSE
-		-- The results are built by GROUP_CONCAT, which cuts them at
-		-- group_concat_max_len: the session's value is put back below.
-		SET v_gcl = @@SESSION.group_concat_max_len;
-		SET SESSION group_concat_max_len = 1 << 30;
-		-- The live holds, in the batch's order (a scan of JSON_TABLE's
-		-- rows), as [i, hex name, hex owner, TTL]. The table is read here
-		-- and not in the statement that waits for the names' row locks: a
-		-- MEMORY table stays locked for the whole of a statement that
-		-- reads it.
-		SELECT CONCAT('[', GROUP_CONCAT('[', j.i, ',"', j.n, '","', j.o, '",', j.t, ']'), ']') INTO v_live
-		  FROM JSON_TABLE(p_holds, '$[*]' COLUMNS (
-		         i FOR ORDINALITY,
-		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]',
-		         t BIGINT PATH '$[2]')) AS j
-		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
-		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.queued = 0
-		                  AND e.expires > UTC_TIMESTAMP(6));
-		IF v_live IS NOT NULL THEN
-			-- An UPDATE that changes nothing: it locks the rows it finds,
-			-- as SELECT … FOR UPDATE would (which MySQL refuses with a
-			-- JSON_TABLE in it), and writes no log. The index is forced on
-			-- every table joined here: a small table would be scanned, and
-			-- the scan would wait for the rows of other names.
-			UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
-			  STRAIGHT_JOIN {COUNTERS} c FORCE INDEX (PRIMARY) ON c.name = UNHEX(j.n)
-			   SET c.seq = c.seq;
-			SET v_now = UTC_TIMESTAMP(6);
-			DELETE h FROM JSON_TABLE(v_live, '$[*]' COLUMNS (n VARCHAR(510) CHARACTER SET ascii PATH '$[1]')) AS j
-			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n)
-			 WHERE h.expires <= v_now;
-			-- A plain hold longer than the grace period covers is not
-			-- renewed (the client RAISEs first).
-			UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
-			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
-			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
-			         t BIGINT PATH '$[3]')) AS j
-			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND
-			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
-			SELECT COALESCE(GROUP_CONCAT(j.i, ',', h.token, ',', {US}h.created), ',', {US}h.renewed), ',', {US}h.expires)
-			                             ORDER BY j.i SEPARATOR ';'), ''),
-			       COALESCE(SUM(h.flags & 1), 0)
-			  INTO v_out, v_long
-			  FROM JSON_TABLE(v_live, '$[*]' COLUMNS (
-			         i INT PATH '$[0]',
-			         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
-			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
-			         t BIGINT PATH '$[3]')) AS j
-			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
-			IF v_long > 0 THEN
-				UPDATE JSON_TABLE(v_live, '$[*]' COLUMNS (
-				         n VARCHAR(510) CHARACTER SET ascii PATH '$[1]',
-				         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]')) AS j
-				  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-				  STRAIGHT_JOIN {LONG} l FORCE INDEX (PRIMARY) ON l.name = h.name AND l.owner = h.owner
-				   SET l.ttl_ns = h.ttl_ns, l.renewed = h.renewed, l.expires = h.expires
-				 WHERE h.queued = 0 AND h.flags & 1 AND h.renewed = v_now;
-			END IF;
-		END IF;
-		SET SESSION group_concat_max_len = v_gcl;
-	END IF;
-	COMMIT;
-	SET SESSION innodb_lock_wait_timeout = v_lwt;
-	SELECT v_out;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {RELEASE}
--- ;;
-CREATE PROCEDURE {RELEASE}(IN p_keys LONGTEXT CHARACTER SET utf8mb4)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- release removes the holds and queue entries of a JSON array of [hex
--- name, hex owner, bell] and returns "i,held;" for each live entry removed,
--- held being 1 for a hold and 0 for a queue entry. Keys without a live
--- entry are skipped without locking their name. The bells that are not ''
--- are released (RELEASE_LOCK) once the entries are deleted and before the
--- commit: called on the session that holds them, this wakes the waiters
--- next in line a round trip and a log flush sooner than releasing them
--- after the CALL would, and a woken waiter's acquire then waits for this
--- commit on the name's row lock, so it never finds the entry still there.
--- Keys prefixed with "q" (a Close) ask for no report: the answer may then
--- leave held keys out.
-proc: BEGIN
-	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
-	DECLARE v_q, v_f, v_quiet TINYINT DEFAULT 0;
-	DECLARE v_name VARBINARY(255);
-	DECLARE v_owner VARBINARY(128);
-	DECLARE v_bell VARCHAR(64) CHARACTER SET ascii DEFAULT '';
-	DECLARE v_now DATETIME(6);
-	DECLARE v_lwt BIGINT DEFAULT NULL;
-	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
-	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
-	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE cur CURSOR FOR
-		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
-		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
-		         i FOR ORDINALITY,
-		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
-		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.expires > UTC_TIMESTAMP(6))
-		 ORDER BY UNHEX(j.n), j.i;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
-		IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
-		RESIGNAL;
-	END;
-
-	IF LEFT(p_keys, 1) = 'q' THEN
-		SET v_quiet = 1, p_keys = SUBSTRING(p_keys, 2);
-	END IF;
-	SET v_single = JSON_LENGTH(p_keys) = 1;
-	IF {FAST} THEN
-		IF v_single THEN
-			-- A lease's own release of a plain hold takes one statement:
-			-- a statement on a MEMORY table is atomic, and a decision
-			-- about the name that read the hold just before could only
-			-- refuse a request, whose waiter the bell wakes.
-			SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
-			    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
-			    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
-			DELETE FROM {HOLDS}
-			 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6);
-			IF ROW_COUNT() = 1 THEN
-				IF v_bell <> '' THEN
-					DO RELEASE_LOCK(v_bell);
-				END IF;
-				SELECT '1,1;';
-				LEAVE proc;
-			END IF;
-		ELSE
-			-- So are a batch's plain holds (a Close), in two statements
-			-- for them all, or one if no report is asked for; the loop
-			-- below sees the other entries.
-			IF NOT v_quiet THEN
-				SET v_gcl = @@SESSION.group_concat_max_len;
-				SET SESSION group_concat_max_len = 1 << 30;
-				SELECT COALESCE(GROUP_CONCAT(j.i, ',1;' SEPARATOR ''), ''), COUNT(*) INTO v_out, v_n
-				  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
-				         i FOR ORDINALITY,
-				         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-				         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-				  JOIN {HOLDS} h ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-				 WHERE h.queued = 0 AND h.flags = 0 AND h.expires > UTC_TIMESTAMP(6);
-				SET SESSION group_concat_max_len = v_gcl;
-			END IF;
-			DELETE h FROM {HOLDS} h
-			  JOIN JSON_TABLE(p_keys, '$[*]' COLUMNS (
-			         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-			         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-			    ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			 WHERE h.queued = 0 AND h.flags = 0;
-			IF v_quiet THEN
-				SET v_n = ROW_COUNT();
-			END IF;
-			IF v_n = JSON_LENGTH(p_keys) THEN
-				-- Every key was a live plain hold (a Close, commonly): the
-				-- loop below would find nothing. (Bells are "baton:…", and
-				-- names and owners hex: most batches have no bell to ring,
-				-- and a LOCATE costs less than a JSON_TABLE.)
-				IF LOCATE('"baton:', p_keys) > 0 THEN
-					SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
-					  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
-					 WHERE j.b <> '';
-				END IF;
-				SELECT v_out;
-				LEAVE proc;
-			END IF;
-		END IF;
-		-- A long lease's hold comes back with a new incarnation: start it
-		-- now, so that the release removes it.
-		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
-		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
-			CALL {INCARNATE}();
-		END IF;
-	END IF;
-	{LOCKWAIT}
-	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-	START TRANSACTION;
-	-- One key (a lease's own release) needs no cursor, which costs a
-	-- temporary table.
-	IF v_single THEN
-		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
-		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
-		    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
-	ELSE
-		OPEN cur;
-	END IF;
-	release_loop: LOOP
-		IF v_single THEN
-			IF v_i = 1 THEN
-				LEAVE release_loop;
-			END IF;
-			SET v_i = 1;
-			SELECT COUNT(*) INTO v_x FROM {HOLDS}
-			 WHERE name = v_name AND owner = v_owner AND expires > UTC_TIMESTAMP(6);
-			IF v_x = 0 THEN
-				LEAVE release_loop;
-			END IF;
-		ELSE
-			FETCH cur INTO v_i, v_name, v_owner;
-			IF v_done THEN
-				LEAVE release_loop;
-			END IF;
-		END IF;
-		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
-		SET v_now = UTC_TIMESTAMP(6);
-		SELECT COUNT(*), COALESCE(MAX(queued), 1), COALESCE(MAX(flags), 0) INTO v_n, v_q, v_f
-		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND expires > v_now;
-		-- The entry, and the name's expired ones (lockstate drops them first).
-		DELETE FROM {HOLDS} WHERE name = v_name AND (owner = v_owner OR expires <= v_now);
-		IF v_f THEN
-			DELETE FROM {LONG} WHERE name = v_name AND owner = v_owner;
-			DELETE FROM {META} WHERE name = v_name AND owner = v_owner;
-		END IF;
-		IF v_n = 1 THEN
-			SET v_out = CONCAT(v_out, v_i, ',', 1 - v_q, ';');
-		END IF;
-	END LOOP;
-	IF v_single THEN
-		IF v_bell <> '' THEN
-			DO RELEASE_LOCK(v_bell);
-		END IF;
-	ELSE
-		CLOSE cur;
-		IF LOCATE('"baton:', p_keys) > 0 THEN
-			SELECT COUNT(RELEASE_LOCK(j.b)) INTO v_x
-			  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (b VARCHAR(64) CHARACTER SET ascii PATH '$[2]')) AS j
-			 WHERE j.b <> '';
-		END IF;
-	END IF;
-	COMMIT;
-	SET SESSION innodb_lock_wait_timeout = v_lwt;
-	SELECT v_out;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {PURGE}
--- ;;
-CREATE PROCEDURE {PURGE}()
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- purge deletes the expired holds and queue entries of every name, one
--- transaction per name, and returns the holds: one result set per name
--- (name, owner, mode, lim, token, host, meta, ttl_ns, created, renewed,
--- expires, now).
-BEGIN
-	DECLARE v_done, v_x, v_locked INT DEFAULT 0;
-	DECLARE v_name VARBINARY(255);
-	DECLARE v_now DATETIME(6);
-	DECLARE v_lwt BIGINT DEFAULT NULL;
-	DECLARE cur CURSOR FOR
-		SELECT DISTINCT name FROM {HOLDS} WHERE expires <= UTC_TIMESTAMP(6) ORDER BY name;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
-		RESIGNAL;
-	END;
-
-	{LOCKWAIT}
-	OPEN cur;
-	purge_loop: LOOP
-		FETCH cur INTO v_name;
-		IF v_done THEN
-			LEAVE purge_loop;
-		END IF;
-		SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-		START TRANSACTION;
-		SET v_locked = 0;
-		lock_name: BEGIN
-			DECLARE EXIT HANDLER FOR 1205 SET v_locked = 1;
-			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
-		END lock_name;
-		IF v_locked = 1 THEN -- held by a transaction of InTx: its holds are live
-			ROLLBACK;
-		ELSE
-			SET v_now = UTC_TIMESTAMP(6);
-			SELECT h.name, h.owner, h.mode, h.lim, h.token, h.host, {METACOL}, h.ttl_ns,
-			       {US}h.created), {US}h.renewed), {US}h.expires), {US}v_now)
-			  FROM {HOLDS} h {METAJOIN} WHERE h.name = v_name AND h.expires <= v_now AND h.queued = 0;
-			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-			COMMIT;
-		END IF;
-	END LOOP;
-	CLOSE cur;
-	SET SESSION innodb_lock_wait_timeout = v_lwt;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {BIND}
--- ;;
-CREATE PROCEDURE {BIND}(IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_token BIGINT UNSIGNED)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- bind runs inside the transaction of Store.InTx (it neither starts nor
--- ends one): it takes the name's counters row FOR UPDATE, which the
--- transaction then holds until it ends, so that nothing is granted on the
--- name meanwhile, and deletes the hold through which InTx waited its turn
--- and got its token, if that hold is still live. It returns 1 if it was.
-BEGIN
-	DECLARE v_x INT DEFAULT 0;
-	SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name FOR UPDATE;
-	DELETE FROM {HOLDS}
-	 WHERE name = p_name AND owner = p_owner AND queued = 0 AND token = p_token
-	   AND expires > UTC_TIMESTAMP(6);
-	SET v_x = ROW_COUNT();
-	DELETE FROM {LONG} WHERE name = p_name AND owner = p_owner;
-	DELETE FROM {META} WHERE name = p_name AND owner = p_owner;
-	SELECT v_x;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {RECLAIM}
--- ;;
-CREATE PROCEDURE {RECLAIM}(IN p_every BIGINT)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- reclaim, unless a reclaim ran in the last p_every microseconds, deletes
--- the counters rows of the names that have neither holds nor queue
--- entries, and raises the floor (the row named '', which no lock name is)
--- to their largest token, so that a name used again starts above every
--- token it had (see acquire). The floor row's ticket is when the last
--- reclaim ran, in microseconds of the server's clock. It returns how many
--- rows went, or -1 if it did not run.
-proc: BEGIN
-	DECLARE v_now, v_last, v_n BIGINT DEFAULT 0;
-	DECLARE v_max BIGINT UNSIGNED DEFAULT 0;
-	DECLARE v_lwt BIGINT DEFAULT NULL;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone;
-		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
-		RESIGNAL;
-	END;
-
-	{LOCKWAIT}
-	-- (Created outside the transaction: servers that enforce GTID
-	-- consistency refuse it inside one.)
-	DROP TEMPORARY TABLE IF EXISTS {RECLAIM}_idle, {RECLAIM}_gone;
-	CREATE TEMPORARY TABLE {RECLAIM}_idle (
-		name   VARBINARY(255) NOT NULL PRIMARY KEY,
-		seq    BIGINT UNSIGNED NULL,
-		ticket BIGINT UNSIGNED NULL
-	);
-	CREATE TEMPORARY TABLE {RECLAIM}_gone LIKE {RECLAIM}_idle;
-	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-	START TRANSACTION;
-	INSERT INTO {COUNTERS} (name) VALUES ('') ON DUPLICATE KEY UPDATE seq = seq;
-	SELECT ticket INTO v_last FROM {COUNTERS} WHERE name = '' FOR UPDATE;
-	SET v_now = {US}UTC_TIMESTAMP(6));
-	IF v_last > v_now - p_every AND v_last <= v_now THEN
-		ROLLBACK;
-		DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone;
-		SET SESSION innodb_lock_wait_timeout = v_lwt;
-		SELECT -1;
-		LEAVE proc;
-	END IF;
-	-- The idle names, read together with their counters (NULL: a name
-	-- whose counters went with an earlier incarnation).
-	INSERT INTO {RECLAIM}_idle (name, seq, ticket)
-	SELECT c.name, c.seq, c.ticket FROM {SEQS} c
-	 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
-	IF {FAST} THEN
-		INSERT IGNORE INTO {RECLAIM}_idle (name, seq, ticket)
-		SELECT c.name, NULL, NULL FROM {COUNTERS} c
-		 WHERE c.name <> '' AND NOT EXISTS (SELECT 1 FROM {STATE} s WHERE s.name = c.name)
-		   AND NOT EXISTS (SELECT 1 FROM {HOLDS} h WHERE h.name = c.name);
-	END IF;
-	-- Their rows, locked, if their counters are unchanged since: every hold
-	-- or queue entry comes with a new token or ticket, so such a name
-	-- gained none. A row another transaction has locked (a call deciding
-	-- about the name, a transaction of InLockedTx) is skipped, not waited
-	-- for.
-	INSERT INTO {RECLAIM}_gone (name, seq, ticket)
-	SELECT c.name, i.seq, i.ticket FROM {COUNTERS} c
-	  JOIN {RECLAIM}_idle i ON i.name = c.name
-	   FOR UPDATE SKIP LOCKED;
-	DELETE g FROM {RECLAIM}_gone g LEFT JOIN {SEQS} c ON c.name = g.name
-	 WHERE NOT (c.seq <=> g.seq AND c.ticket <=> g.ticket);
-	DELETE c FROM {COUNTERS} c JOIN {RECLAIM}_gone g ON g.name = c.name;
-	SET v_n = ROW_COUNT();
-	IF {FAST} THEN
-		DELETE c FROM {STATE} c JOIN {RECLAIM}_gone g ON g.name = c.name;
-		-- Long leases and long metadata whose entries are gone.
-		DELETE FROM {LONG} WHERE expires <= UTC_TIMESTAMP(6);
-		DELETE m FROM {META} m
-		 WHERE NOT EXISTS (SELECT 1 FROM {HOLDS} h
-		                    WHERE h.name = m.name AND h.owner = m.owner AND h.token = m.token AND h.flags & 2);
-	END IF;
-	SELECT COALESCE(MAX(seq), 0) INTO v_max FROM {RECLAIM}_gone;
-	UPDATE {SEQS} SET seq = GREATEST(seq, v_max) WHERE name = '';
-	UPDATE {COUNTERS} SET ticket = v_now WHERE name = '';
-	COMMIT;
-	DROP TEMPORARY TABLE {RECLAIM}_idle, {RECLAIM}_gone;
-	SET SESSION innodb_lock_wait_timeout = v_lwt;
-	SELECT v_n;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {KEEP}
--- ;;
-CREATE PROCEDURE {KEEP}(IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_flags TINYINT,
-	IN p_token BIGINT UNSIGNED, IN p_meta BLOB)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- keep writes, in the caller's transaction, what a MEMORY row of {HOLDS}
--- cannot keep: a lease longer than the grace period to {LONG} (flag 1), so
--- that a new incarnation brings it back; metadata too long for the row to
--- {META} (flag 2). Both are InnoDB: the commit is flushed.
-BEGIN
-	IF p_flags & 1 THEN
-		REPLACE INTO {LONG} (name, owner, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
-		SELECT name, owner, mode, lim, token, host, p_meta, ttl_ns, created, renewed, expires
-		  FROM {HOLDS} WHERE name = p_name AND owner = p_owner;
-	END IF;
-	IF p_flags & 2 THEN
-		REPLACE INTO {META} (name, owner, token, meta) VALUES (p_name, p_owner, p_token, p_meta);
-	END IF;
-END
--- ;;
-DROP PROCEDURE IF EXISTS {INCARNATE}
--- ;;
-CREATE PROCEDURE {INCARNATE}()
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- incarnate starts a new incarnation of the lock state, unless another
--- session did since the caller found the marker missing. {HOLDS} and
--- {STATE} are MEMORY tables: a restart of the server, clean or not,
--- empties them, and a replica promoted to primary may have rows its old
--- primary wrote. Either way they hold no grant of this incarnation, so
--- they are emptied; then, durably, the epoch goes up by one (tokens are
--- epoch << 32 | counter, so they stay above every token handed out
--- before), the long leases of {LONG} come back, and the marker records the
--- epoch, the server, and a grace period as long as the longest lease ever
--- granted without a flush: every hold the server forgot ends before its
--- name is granted again.
-proc: BEGIN
-	DECLARE v_got INT DEFAULT NULL;
-	DECLARE v_epoch INT UNSIGNED DEFAULT NULL;
-	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE v_max, v_heap, v_mdl BIGINT DEFAULT NULL;
-	DECLARE v_now DATETIME(6);
-	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		IF v_heap IS NOT NULL THEN SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl; END IF;
-		DO RELEASE_LOCK({INCLOCK});
-		RESIGNAL;
-	END;
-
-	SELECT GET_LOCK({INCLOCK}, 5) INTO v_got;
-	IF v_got IS NULL OR v_got <> 1 THEN
-		SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'baton: another session started a new incarnation for more than 5 s';
-	END IF;
-	SELECT epoch, server INTO v_epoch, v_srv FROM {STATE} WHERE name = '';
-	IF v_epoch IS NOT NULL AND v_srv = {SERVERID} THEN
-		DO RELEASE_LOCK({INCLOCK});
-		LEAVE proc;
-	END IF;
-	-- TRUNCATE also gives the tables this session's size limit, which a
-	-- restart set back to the global max_heap_table_size. It waits for
-	-- transactions that used the tables to end: a few seconds at most.
-	SET v_heap = @@SESSION.max_heap_table_size, v_mdl = @@SESSION.lock_wait_timeout;
-	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED), SESSION lock_wait_timeout = 5;
-	TRUNCATE TABLE {HOLDS};
-	TRUNCATE TABLE {STATE};
-	SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl;
-	SET v_heap = NULL;
-	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-	START TRANSACTION;
-	UPDATE {EPOCHS} SET epoch = epoch + 1 WHERE id = 1;
-	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1;
-	COMMIT;
-	SET v_now = UTC_TIMESTAMP(6);
-	INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
-	SELECT name, owner, 0, mode, lim, token, host, IF(LENGTH(meta) > {METAMAX}, NULL, meta), ttl_ns, created, renewed, expires,
-	       IF(LENGTH(meta) > {METAMAX}, 3, 1)
-	  FROM {LONG} WHERE expires > v_now;
-	INSERT INTO {STATE} (name, seq, ticket, epoch, server, grace, max_ttl)
-	VALUES ('', v_epoch << 32, 0, v_epoch, {SERVERID}, v_now + INTERVAL ((v_max + 999) DIV 1000) MICROSECOND, v_max);
-	DO RELEASE_LOCK({INCLOCK});
-END
--- ;;
-DROP PROCEDURE IF EXISTS {RAISE}
--- ;;
-CREATE PROCEDURE {RAISE}(IN p_ttl BIGINT, IN p_epoch BIGINT)
-MODIFIES SQL DATA SQL SECURITY INVOKER
-COMMENT '{VERSION}'
--- raise records durably, before a lease longer than every lease granted
--- without a flush is granted, that a grace period must last p_ttl; and
--- starts a new epoch, durably, if the epoch is still p_epoch (a name's
--- counter is full: its next token would be in the next epoch's range, and
--- a crash would hand it out again). The marker follows once that is
--- committed. It returns the marker's max_ttl.
-BEGIN
-	DECLARE v_epoch INT UNSIGNED;
-	DECLARE v_max BIGINT;
-	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-		ROLLBACK;
-		RESIGNAL;
-	END;
-	-- The incarnation starts first: its grace period covers the leases
-	-- granted before this raise, not the longer ones it allows.
-	IF {FAST} THEN
-		SELECT server INTO v_srv FROM {STATE} WHERE name = '';
-		IF v_srv IS NULL OR v_srv <> {SERVERID} THEN
-			CALL {INCARNATE}();
-		END IF;
-	END IF;
-	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-	START TRANSACTION;
-	SELECT epoch, max_ttl INTO v_epoch, v_max FROM {EPOCHS} WHERE id = 1 FOR UPDATE;
-	IF p_ttl > v_max THEN
-		SET v_max = p_ttl;
-	END IF;
-	IF p_epoch >= 0 AND v_epoch <= p_epoch THEN
-		SET v_epoch = p_epoch + 1;
-	END IF;
-	UPDATE {EPOCHS} SET epoch = v_epoch, max_ttl = v_max WHERE id = 1;
-	COMMIT;
-	UPDATE {STATE}
-	   SET max_ttl = GREATEST(max_ttl, v_max), epoch = GREATEST(epoch, v_epoch), seq = GREATEST(seq, v_epoch << 32)
-	 WHERE name = '';
-	SELECT v_max;
-END

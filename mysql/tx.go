@@ -28,12 +28,14 @@ var ErrTxLockLost = errors.New("mysql: the lock expired before the transaction c
 // queue (so shared holders cannot starve it), woken by the bell of the
 // entry ahead, until ctx ends. Once granted, it begins a transaction (at
 // the session's isolation level) whose first statement takes the name's
-// counters row with SELECT … FOR UPDATE and drops the hold it was granted:
-// from then on the row lock keeps every other grant out until commit or
-// rollback. While fn runs, an acquire of name by another (TryLock
-// included) waits in the database for at most a second, then answers "not
-// granted", naming the transaction's hold as the entry to wait for (on a
-// durable table; a fast table's hold is gone, and the acquire asks again).
+// counters row with SELECT … FOR UPDATE (on a fast table, where names
+// otherwise have none, the row is made first if missing: a flushed commit)
+// and drops the hold it was granted: from then on the row lock keeps every
+// other grant out until commit or rollback. While fn runs, an acquire of
+// name by another (TryLock included) waits in the database for at most a
+// second, then answers "not granted", naming the transaction's hold as the
+// entry to wait for (on a durable table; a fast table's hold is gone, and
+// the acquire asks again).
 // The token is never handed out again, even if the transaction rolls
 // back: on a durable table it was committed before fn runs, and on a fast
 // one a restart of the server moves tokens to a new epoch.
@@ -59,6 +61,16 @@ func (s *Store) newLockedTx() *driver.LockedTx[*sql.Tx] {
 		Store: s,
 		Watch: s.Watch,
 		Begin: func(ctx context.Context, name, owner string, token uint64) (*sql.Tx, error) {
+			if s.fast {
+				// The row the transaction will hold: a fast table's grants
+				// serialize on stripes, which the transaction must not hold.
+				if err := retry(ctx, func() error {
+					_, err := s.db.ExecContext(ctx, s.st.txrow, name)
+					return err
+				}); err != nil {
+					return nil, wrap("lock in transaction", err)
+				}
+			}
 			tx, err := s.db.BeginTx(ctx, nil)
 			if err != nil {
 				return nil, wrap("begin transaction", err)

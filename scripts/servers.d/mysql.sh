@@ -34,12 +34,14 @@ mysql8_install() {
 
 my_socket() { echo "$DIR/$1-run/mysqld.sock"; }
 my_ready() { mariadb-admin --socket="$(my_socket "$1")" -uroot ping >/dev/null 2>&1; }
-# my_setup NAME: the test database and user.
+# my_setup NAME: the test database and user (PROCESS: tests read InnoDB's
+# counters, such as its deadlocks).
 my_setup() {
   mariadb --socket="$(my_socket "$1")" -uroot -e "
     CREATE DATABASE IF NOT EXISTS baton_test;
     CREATE USER IF NOT EXISTS 'baton'@'127.0.0.1' IDENTIFIED BY 'baton';
-    GRANT ALL ON baton_test.* TO 'baton'@'127.0.0.1';"
+    GRANT ALL ON baton_test.* TO 'baton'@'127.0.0.1';
+    GRANT PROCESS ON *.* TO 'baton'@'127.0.0.1';"
 }
 
 mariadb10_start() {
