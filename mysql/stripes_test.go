@@ -55,13 +55,7 @@ func TestNewNameWritesNoRow(t *testing.T) {
 // is granted once the transaction ends.
 func TestInLockedTxSparesItsStripe(t *testing.T) {
 	const a = "stripe/a"
-	stripe := func(name string) uint32 { return crc32.ChecksumIEEE([]byte(name)) & 0xffff }
-	var b string
-	for i := 0; ; i++ {
-		if b = fmt.Sprint("stripe/b", i); stripe(b) == stripe(a) {
-			break
-		}
-	}
+	b := onStripeOf(a, "stripe/b", 1)[0]
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		ctx := ctxFor(t, 60*time.Second)
 		tb := freshTable(t)
@@ -109,15 +103,9 @@ func TestInLockedTxSparesItsStripe(t *testing.T) {
 // the store's retries would fail a call).
 func TestStripesUnderLoad(t *testing.T) {
 	// 24 names on 3 stripes.
-	stripe := func(name string) uint32 { return crc32.ChecksumIEEE([]byte(name)) & 0xffff }
 	var names []string
 	for _, first := range []string{"load/a", "load/b", "load/c"} {
-		names = append(names, first)
-		for i := 0; len(names)%8 != 0; i++ {
-			if n := fmt.Sprint(first, i); stripe(n) == stripe(first) {
-				names = append(names, n)
-			}
-		}
+		names = append(append(names, first), onStripeOf(first, first, 7)...)
 	}
 	longMeta := map[string]string{"k": strings.Repeat("m", 300)}
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
@@ -273,13 +261,7 @@ func BenchmarkNewNames(b *testing.B) {
 // the other names on its stripe) until it ends.
 func TestBindWithoutRow(t *testing.T) {
 	const a = "bind/a"
-	stripe := func(name string) uint32 { return crc32.ChecksumIEEE([]byte(name)) & 0xffff }
-	var b string
-	for i := 0; ; i++ {
-		if b = fmt.Sprint("bind/b", i); stripe(b) == stripe(a) {
-			break
-		}
-	}
+	b := onStripeOf(a, "bind/b", 1)[0]
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		ctx := ctxFor(t, time.Minute)
 		tb := freshTable(t)
@@ -318,4 +300,17 @@ func TestBindWithoutRow(t *testing.T) {
 			}
 		}
 	})
+}
+
+// onStripeOf returns n names made of prefix and a number that share
+// name's stripe (a fast table's serializer: CRC32(name) & 65535).
+func onStripeOf(name, prefix string, n int) []string {
+	stripe := func(name string) uint32 { return crc32.ChecksumIEEE([]byte(name)) & 0xffff }
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if c := fmt.Sprint(prefix, i); stripe(c) == stripe(name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
