@@ -355,6 +355,9 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	if o != nil && o.LockDelay > 0 {
 		delay = o.LockDelay
 	}
+	// A store may keep the hold in a session of its own only while the
+	// lease lasts: not past it, as a lock-delay or a minimum hold would.
+	req.KeepAlive = keepAlive && delay == 0 && (o == nil || o.MinHold == 0)
 	ttl := req.TTL // the lease's; the store keeps the hold for the delay longer
 	req.TTL += delay
 	if c.isClosed() {

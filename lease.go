@@ -21,6 +21,7 @@ type Lease struct {
 	delay     time.Duration // lock-delay: the store keeps the hold this much longer than the lease
 	token     uint64
 	session   driver.Session // non-nil: lives in a store session
+	ownTTL    bool           // the hold has a TTL of its own in the store, session or not
 	done      chan struct{}
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -29,7 +30,7 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	info     LockInfo      // as last granted or renewed
-	deadline time.Time     // local monotonic; zero: none (session-bound)
+	deadline time.Time     // local monotonic, by the hold's own TTL; zero: none (session-bound)
 	renewAt  time.Time     // when keepalive renews next
 	retrying bool          // the last renewal failed
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
@@ -74,7 +75,8 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 	}
 	l := &Lease{
 		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive, delay: delay,
-		token: g.Token, session: g.Session, done: make(chan struct{}), ttl: ttl, granted: sent, lastLeft: -1,
+		token: g.Token, session: g.Session, ownTTL: g.Session == nil || !g.Expires.IsZero(),
+		done: make(chan struct{}), ttl: ttl, granted: sent, lastLeft: -1,
 		info: LockInfo{
 			Name: req.Name, Owner: req.Owner, Mode: Mode(req.Mode), Limit: req.Limit, Token: g.Token,
 			Host: req.Host, Meta: maps.Clone(req.Meta), TTL: ttl,
@@ -86,7 +88,7 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 	c.mu.Unlock()
 
 	l.mu.Lock()
-	if g.Session == nil || !keepAlive {
+	if l.ownTTL || !keepAlive {
 		l.setDeadline(sent.Add(ttl - margin(ttl)))
 	}
 	l.mu.Unlock()
@@ -109,13 +111,13 @@ func (l *Lease) setDeadline(d time.Time) {
 	l.deadline = l.c.expireAt(l, d, l.ttl/1000)
 }
 
-// expire ends the lease if its deadline has come (a renewal may have moved
-// it meanwhile), and reports whether the hold should then be released in
-// the store, as it may still be there: unless the store must keep it for
-// the lock-delay, for the loss was involuntary.
+// expire ends the lease if its deadline has come (a renewal, or its
+// session's, may have moved it meanwhile), and reports whether the hold
+// should then be released in the store, as it may still be there: unless
+// the store must keep it for the lock-delay, for the loss was involuntary.
 func (l *Lease) expire() (release bool) {
 	l.mu.Lock()
-	early := l.c.clock.Now().Before(l.deadline)
+	early := l.c.clock.Now().Before(l.deadlineLocked())
 	l.mu.Unlock()
 	if early {
 		return false
@@ -140,7 +142,7 @@ func (l *Lease) renewed(g *driver.Grant, sent time.Time, ttl time.Duration) {
 	}
 	l.ttl = ttl
 	l.info.TTL, l.info.Renewed, l.info.Expires = ttl, g.Renewed, g.Expires
-	if l.session == nil || !l.keepAlive {
+	if l.ownTTL || !l.keepAlive {
 		l.setDeadline(sent.Add(ttl - margin(ttl)))
 	}
 	l.renewAt, l.retrying = l.c.renewTime(sent, ttl), false
@@ -239,9 +241,11 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadlineLocked()
 }
 
+// deadlineLocked is the later of the deadline by the hold's own TTL and
+// its session's, for a keepalive lease in a session. l.mu is held.
 func (l *Lease) deadlineLocked() time.Time {
-	if l.deadline.IsZero() && l.session != nil {
-		if d, ok := l.session.(driver.SessionDeadline); ok {
+	if l.session != nil && (l.deadline.IsZero() || l.ownTTL && l.keepAlive) {
+		if d, ok := l.session.(driver.SessionDeadline); ok && d.Deadline().After(l.deadline) {
 			return d.Deadline()
 		}
 	}

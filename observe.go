@@ -102,8 +102,10 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // time: nil, or an error naming a lease whose last renewal was sent with
 // less than min of its TTL left, or whose renewal is overdue with that
 // little left now. Keepalive renews with two thirds of the TTL left, so a
-// third is a good min. A readiness probe built on it takes a process out
-// of service before its locks are lost, not after.
+// third is a good min; so does a store session that keeps leases alive
+// (SQLite's), whose leases are judged by what the session has left. A
+// readiness probe built on it takes a process out of service before its
+// locks are lost, not after.
 func (c *Client) Health(min float64) error {
 	c.mu.Lock()
 	ls := make([]*Lease, 0, len(c.leases))
@@ -113,13 +115,16 @@ func (c *Client) Health(min float64) error {
 	c.mu.Unlock()
 	now := c.clock.Now()
 	for _, l := range ls {
-		if !l.keepAlive || l.session != nil {
+		if !l.keepAlive || l.session != nil && !l.ownTTL {
 			continue
 		}
 		l.mu.Lock()
 		left, ttl := l.lastLeft, l.ttl
 		if l.retrying || now.After(l.renewAt) { // failing or overdue: judge by what is left now
 			left = l.deadline.Sub(now)
+		}
+		if l.session != nil { // kept alive by the store's session, renewed every third of its TTL
+			left = l.deadlineLocked().Sub(now)
 		}
 		l.mu.Unlock()
 		if left >= 0 && float64(left) < min*float64(ttl) {

@@ -24,7 +24,11 @@
 // timestamps, the machine's monotonic clock for SQLite), never by comparing
 // clocks of different client machines. Stores whose holds live as long as a
 // store session (ZooKeeper's ephemeral nodes, etcd's leases) report that in
-// Grant.Session and keep that session alive themselves.
+// Grant.Session and keep that session alive themselves. So may a store
+// whose holds have a TTL: it binds the holds that the client would renew
+// one by one (Request.KeepAlive) to a session of its own, renewed once for
+// all of them (package records does, for stores that implement
+// records.Sessions).
 //
 // A store that can wake waiters (LISTEN/NOTIFY, pub/sub, watches) also
 // implements [Waiter]; baton otherwise polls with jittered exponential
@@ -102,6 +106,13 @@ type Request struct {
 	QueueTTL time.Duration
 	Host     string
 	Meta     map[string]string
+	// KeepAlive says that the client renews the hold by TTL for as long
+	// as it holds it, and counts its lease by TTL alone (no lock-delay,
+	// no minimum hold).
+	// A store that keeps sessions of its own may then bind the hold to one
+	// and keep it alive with the session, one renewal for all the holds
+	// bound to it, instead of the client renewing each (Grant.Session).
+	KeepAlive bool
 }
 
 // Key names one hold (or queue entry).
@@ -122,13 +133,17 @@ type Grant struct {
 	Token   uint64    // fencing token; unchanged by renewals and re-acquires
 	Created time.Time // when the owner was first granted this hold (store clock)
 	Renewed time.Time // store clock
-	Expires time.Time // store clock; zero when the hold lives as long as Session
+	// Expires is when the hold ends by the store's clock. It is zero when
+	// the hold lives as long as Session; when Session is set as well, the
+	// hold lives until the later of the two, and Store.Renew extends it.
+	Expires time.Time
 	// Extended is set when the owner already held the name and the request
 	// only extended it.
 	Extended bool
 	// Session, when not nil, is the store session the hold lives in: the hold
 	// may be lost as soon as Session.Done is closed, and baton does not renew
-	// it (the store keeps its session alive).
+	// it (the store keeps its session alive). A store that keeps sessions
+	// binds only holds whose Request.KeepAlive is set.
 	Session Session
 }
 

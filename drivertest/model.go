@@ -110,7 +110,10 @@ func Model(t *testing.T, cfg ModelConfig) {
 	}
 	const ttl = time.Hour
 	request := func(name, owner string, mode driver.Mode, limit int, queue bool) *driver.Request {
-		return &driver.Request{Name: name, Owner: owner, Mode: mode, Limit: limit, TTL: ttl, Queue: queue, QueueTTL: ttl}
+		// KeepAlive lets a store that keeps sessions bind the hold to one
+		// (nothing expires here either way).
+		return &driver.Request{Name: name, Owner: owner, Mode: mode, Limit: limit, TTL: ttl, Queue: queue, QueueTTL: ttl,
+			KeepAlive: rng.IntN(2) == 0}
 	}
 	// token checks a store token against the model's.
 	token := func(step int, what, name string, model, store uint64, extended bool) {

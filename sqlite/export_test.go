@@ -64,3 +64,9 @@ func AfterEpochRaise(f func()) (restore func()) {
 func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) {
 	return s.db.reclaim(ctx, every)
 }
+
+// Faulty is a store with the test hook drivertest looks for
+// (drivertest.Partitioner): a partition fails its session renewals.
+type Faulty struct{ *Store }
+
+func (f Faulty) SetPartitioned(down bool) { f.Store.db.partitioned.Store(down) }

@@ -34,6 +34,10 @@
 //		state TEXT NOT NULL
 //	)
 //
+// Next to it, the table baton_locks_sessions (the table's name followed by
+// _sessions) holds the Stores' sessions: see Sessions below. With NoCreate
+// it is used if it exists.
+//
 // SQLite keeps FILE-wal and FILE-shm next to the database, and the store a
 // doorbell, FILE-wake: the directory must be writable by every process
 // that uses the file. Do not put the file on a network file system.
@@ -65,6 +69,15 @@
 // so tokens stay above every token handed out before. On other
 // systems every commit is flushed. Both hold on storage that honours
 // fsync. Why: docs/stores/sqlite.md#durability.
+//
+// Sessions: the holds a client keeps alive live in its Store's session as
+// well as their own TTL, and the Store renews the session, one row every
+// third of the TTL, instead of the client renewing every hold: holding many
+// locks costs what holding one does. A hold outlives its TTL only while its
+// session is renewed, so a process that dies or stops lets its names go as
+// before. Processes of versions from before sessions fail on a name whose
+// holder is bound to a session instead of misjudging it: while they share
+// the file, set Options.NoSessions. See docs/stores/sqlite.md#sessions.
 //
 // Waking waiters: the store implements driver.Waiter. Commits of the same
 // process wake its waiters at once, commits of other processes through the
@@ -131,6 +144,12 @@ type Options struct {
 	// create a reclaimed name's row in the epoch it started in, and repeat
 	// its tokens.
 	Reclaim time.Duration
+	// NoSessions makes the Store bind no hold to a session: its client
+	// renews every hold on its own, as versions before sessions did. Set
+	// it while processes of such a version share the file: they cannot
+	// read a record whose holder is bound to a session, and fail on that
+	// name (see docs/stores/sqlite.md#sessions).
+	NoSessions bool
 }
 
 // ErrClosed is returned by a Store's methods after Close.
@@ -163,6 +182,11 @@ type db struct {
 	qGet, qNamed, qUpsert, qPrefix string
 	qGetMany, qUpsertMany          string // the same for a batch, its rows as one JSON array
 	qIdle                          string // deletes the rows of idle names
+
+	sessions                             atomic.Bool // the file has the sessions table
+	partitioned                          atomic.Bool // a test's: session renewals fail
+	qSessions, qNewSession, qKeepSession string
+	qEndSession, qEndedSessions          string
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -243,6 +267,12 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	active := `(state LIKE '%"holders":%' OR state LIKE '%"queue":%')`
 	d.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
 	d.qIdle = `DELETE FROM ` + q + ` WHERE name <> '' AND NOT ` + active
+	qs := `"` + o.Table + `_sessions"`
+	d.qSessions = `SELECT id, expires FROM ` + qs + ` WHERE boot = ? AND id IN (SELECT value FROM json_each(?))`
+	d.qNewSession = `INSERT INTO ` + qs + ` (id, boot, expires) VALUES (?, ?, ?)`
+	d.qKeepSession = `UPDATE ` + qs + ` SET expires = ? WHERE id = ? AND boot = ? AND expires > ?`
+	d.qEndSession = `DELETE FROM ` + qs + ` WHERE id = ?`
+	d.qEndedSessions = `DELETE FROM ` + qs + ` WHERE boot <> ? OR expires <= ?`
 	if err := d.setup(ctx, o.NoCreate); err != nil {
 		d.Close()
 		return nil, err
@@ -253,7 +283,11 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		d.janitor.Add(1)
 		go d.reclaimEvery(jctx, o.Reclaim)
 	}
-	return &Store{Store: records.New(d, &records.Options{Wall: toWall, ReadFirst: true}), db: d}, nil
+	var r records.Records = d
+	if d.sessions.Load() && !o.NoSessions {
+		r = sessionDB{d}
+	}
+	return &Store{Store: records.New(r, &records.Options{Wall: toWall, ReadFirst: true}), db: d}, nil
 }
 
 // cleanPath returns path absolute, cleaned and, where the file or its
@@ -353,6 +387,9 @@ func (d *db) setup(ctx context.Context, noCreate bool) error {
 				d.path, d.table, ddl(d.table), err)
 		}
 		return d.openErr(fmt.Sprintf("check table %q", d.table), err)
+	}
+	if err := d.setupSessions(ctx, noCreate); err != nil {
+		return err
 	}
 	if d.boot == "" {
 		return nil
@@ -541,7 +578,7 @@ type record struct {
 	// the record was written: it dates entries of an earlier boot.
 	Wall int64 `json:"wall,omitempty"`
 	// Epoch is the epoch of Seq: tokens of a later epoch start above it.
-	Epoch uint64 `json:"e,omitempty"`
+	Epoch epochN `json:"e,omitempty"`
 	lockstate.State
 }
 
@@ -589,8 +626,8 @@ func (d *db) decode(name string, data []byte, c *clock) (*record, error) {
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, d.table, err)
 	}
-	if epoch := d.epoch.Load(); r.Epoch < epoch {
-		r.Seq, r.Epoch = max(r.Seq, epoch<<32), epoch
+	if epoch := d.epoch.Load(); uint64(r.Epoch) < epoch {
+		r.Seq, r.Epoch = max(r.Seq, epoch<<32), epochN(epoch)
 	}
 	if r.Idle() || !d.stale(r, c.now) {
 		return r, nil
@@ -629,6 +666,9 @@ func (d *db) stale(r *record, now time.Time) bool {
 func (d *db) encode(r *record, c *clock) ([]byte, error) {
 	out := record{Epoch: r.Epoch, State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
 	if !r.Idle() {
+		if bound(&r.State) {
+			return json.Marshal(&boundRecord{Boot: d.boot, Wall: c.wall, Epoch: strconv.FormatUint(uint64(r.Epoch), 10), State: r.State})
+		}
 		out = record{Boot: d.boot, Wall: c.wall, Epoch: r.Epoch, State: r.State}
 	}
 	return json.Marshal(&out)
@@ -708,6 +748,9 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 		if err := d.decodeAll(names, rows, rs, epoch, &c); err != nil {
 			return err
 		}
+		if err := d.applySessions(ctx, tx, states(rs), c.now); err != nil {
+			return err
+		}
 		for i, r := range rs {
 			if err := fn(i, &r.State, c.now); err != nil {
 				return err
@@ -764,7 +807,7 @@ func (d *db) decodeAll(names []string, rows map[string][]byte, rs []*record, epo
 		}
 		data, found := rows[n]
 		if !found {
-			rs[i] = &record{Epoch: epoch, State: lockstate.State{Seq: epoch << 32}}
+			rs[i] = &record{Epoch: epochN(epoch), State: lockstate.State{Seq: epoch << 32}}
 			return nil
 		}
 		r, err := d.decode(n, data, c)
@@ -918,12 +961,21 @@ func (d *db) Scan(ctx context.Context, name, prefix string, fn func(string, *loc
 		return d.opErr(err)
 	}
 	c := d.clock() // read after the rows: they are older than now
-	for _, row := range rs {
+	recs := make([]*record, len(rs))
+	for i, row := range rs {
 		r, err := d.decode(row.name, row.data, &c)
 		if err != nil {
 			return d.opErr(err)
 		}
-		if !fn(row.name, &r.State, c.now) {
+		recs[i] = r
+	}
+	// The sessions are read after the rows: a session renewed meanwhile
+	// only keeps a hold live that was.
+	if err := d.retry(ctx, func() error { return d.applySessions(ctx, d.sql, states(recs), c.now) }); err != nil {
+		return d.opErr(err)
+	}
+	for i, r := range recs {
+		if !fn(rs[i].name, &r.State, c.now) {
 			break
 		}
 	}
@@ -980,8 +1032,14 @@ func parseURL(u *url.URL) (string, *Options, error) {
 				return "", nil, fmt.Errorf("sqlite: URL parameter nocreate=%q is not a boolean", v)
 			}
 			o.NoCreate = b
+		case "nosessions":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return "", nil, fmt.Errorf("sqlite: URL parameter nosessions=%q is not a boolean", v)
+			}
+			o.NoSessions = b
 		default:
-			return "", nil, fmt.Errorf("sqlite: unknown URL parameter %q (known: table, busy_timeout, nocreate, reclaim)", k)
+			return "", nil, fmt.Errorf("sqlite: unknown URL parameter %q (known: table, busy_timeout, nocreate, nosessions, reclaim)", k)
 		}
 	}
 	return path, o, nil

@@ -51,7 +51,7 @@ func client(t testing.TB, s driver.Store, o *baton.Options) *baton.Client {
 func TestConformance(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	drivertest.Run(t, drivertest.Config{
-		Open: func(t testing.TB) driver.Store { return open(t, path, nil) },
+		Open: func(t testing.TB) driver.Store { return sqlite.Faulty{Store: open(t, path, nil)} },
 	})
 }
 
@@ -390,8 +390,9 @@ func TestURL(t *testing.T) {
 		{url: "sqlite:locks.db", path: "locks.db"},
 		{url: "sqlite:dir/with%20space.db", path: "dir/with space.db"},
 		{url: "sqlite:///a%3Fb.db", path: "/a?b.db"},
-		{url: "sqlite:///x.db?table=t_1&busy_timeout=30s&nocreate=true&reclaim=10m", path: "/x.db",
-			o: sqlite.Options{Table: "t_1", BusyTimeout: 30 * time.Second, NoCreate: true, Reclaim: 10 * time.Minute}},
+		{url: "sqlite:///x.db?table=t_1&busy_timeout=30s&nocreate=true&reclaim=10m&nosessions=1", path: "/x.db",
+			o: sqlite.Options{Table: "t_1", BusyTimeout: 30 * time.Second, NoCreate: true, Reclaim: 10 * time.Minute, NoSessions: true}},
+		{url: "sqlite:///x.db?nosessions=maybe", err: "nosessions"},
 		{url: "sqlite:///x.db?reclaim=-1s", err: "reclaim"},
 		{url: "sqlite://locks.db", err: `host part "locks.db"`},
 		{url: "sqlite://", err: "no database path"},

@@ -69,6 +69,10 @@ type Entry struct {
 	Created time.Time     `json:"created"`
 	Renewed time.Time     `json:"renewed"`
 	Expires time.Time     `json:"expires"`
+	// Session, for a holder, is the store session it is bound to: while
+	// the session lives, so does the hold, whatever its own Expires (see
+	// ApplySessions).
+	Session string `json:"session,omitempty"`
 }
 
 // Expire drops holders and queue entries whose time is up at now and
@@ -97,6 +101,48 @@ func (s *State) Expire(name string, now time.Time) []driver.Holder {
 	}
 	s.Queue = q
 	return gone
+}
+
+// ApplySessions moves the expiry of each holder bound to a session up to
+// the session's, when that is later: expiry returns the session's expiry,
+// or false for a session that is not live (ended, unknown, or of an
+// earlier boot of the store's clock). A store that keeps sessions calls it
+// on every state it reads, with the sessions that Sessions names, read in
+// the same atomic step as the state, before the rules see it. It leaves
+// the state clean: a moved expiry written back keeps a hold no longer
+// than its session would have.
+func (s *State) ApplySessions(expiry func(id string) (time.Time, bool)) {
+	for i := range s.Holders {
+		h := &s.Holders[i]
+		if h.Session == "" {
+			continue
+		}
+		if t, ok := expiry(h.Session); ok && t.After(h.Expires) {
+			h.Expires = t
+		}
+	}
+}
+
+// Sessions appends to ids the sessions that holders past their own
+// expiry at now are bound to: the only ones whose expiry can change what
+// the rules decide at now. A store need read no other (a holder within
+// its own TTL is then reported with that, a lower bound).
+func (s *State) Sessions(ids []string, now time.Time) []string {
+	for _, h := range s.Holders {
+		if h.Session != "" && !now.Before(h.Expires) && !slices.Contains(ids, h.Session) {
+			ids = append(ids, h.Session)
+		}
+	}
+	return ids
+}
+
+// Bind binds owner's hold to session: the hold then lives as long as
+// the session does, besides its own expiry.
+func (s *State) Bind(owner, session string) {
+	if i := find(s.Holders, owner); i >= 0 && s.Holders[i].Session != session {
+		s.Holders[i].Session = session
+		s.Dirty = true
+	}
 }
 
 // Acquire applies req at now. It returns the grant, or an error satisfying

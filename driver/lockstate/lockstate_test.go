@@ -282,3 +282,46 @@ func TestPromote(t *testing.T) {
 		}
 	}
 }
+
+// A hold bound to a session lives until the later of its own expiry and
+// the session's; a session that is not live adds nothing, and applying
+// sessions leaves the state clean.
+func TestApplySessions(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	var s State
+	for _, o := range []string{"a", "b", "c"} {
+		if _, err := s.Acquire(&driver.Request{Name: "n", Owner: o, Mode: driver.Shared, TTL: time.Second}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Bind("a", "live")
+	s.Bind("b", "gone")
+	if !s.Dirty {
+		t.Error("Bind left the state clean")
+	}
+	if got := s.Sessions(nil, now); len(got) != 0 {
+		t.Errorf("Sessions = %v within the holds' own TTL, want none", got)
+	}
+	if got := s.Sessions(nil, now.Add(time.Second)); !slices.Equal(got, []string{"live", "gone"}) {
+		t.Errorf("Sessions = %v", got)
+	}
+	s.Dirty = false
+	later := now.Add(time.Minute)
+	s.ApplySessions(func(id string) (time.Time, bool) { return later, id == "live" })
+	if s.Dirty {
+		t.Error("ApplySessions dirtied the state")
+	}
+	s.Expire("n", now.Add(2*time.Second))
+	var left []string
+	for _, h := range s.Holders {
+		left = append(left, h.Owner)
+	}
+	if !slices.Equal(left, []string{"a"}) {
+		t.Errorf("holders past their own expiry: %v, want [a] (its session lives)", left)
+	}
+	s.Dirty = false
+	s.Bind("a", "live")
+	if s.Dirty {
+		t.Error("binding a hold to its own session again dirtied the state")
+	}
+}

@@ -94,6 +94,8 @@ type Store struct {
 	// channel is closed and replaced on every change of the name.
 	followed  map[string]*follow
 	nfollowed atomic.Int32 // len(followed), read without s.mu
+
+	ss sessions // for Records that implement Sessions
 }
 
 type follow struct {
@@ -316,12 +318,19 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 			return nil, errors.Join(err, busyErr(busy))
 		}
 	}
+	var x *session
+	if req.KeepAlive {
+		x = s.session(req.TTL, false)
+	}
 	var extended bool
 	var aerr error
 	sts, err := s.update(ctx, []string{req.Name}, func(_ int, st *lockstate.State, now time.Time) {
 		var g *driver.Grant
 		g, aerr = st.Acquire(req, now)
 		extended = g != nil && g.Extended
+		if g != nil && x != nil {
+			st.Bind(req.Owner, x.id)
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -329,11 +338,17 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if aerr != nil {
 		return nil, aerr
 	}
+	if req.KeepAlive && x == nil {
+		s.session(req.TTL, true)
+	}
 	g := s.grant(sts[0], req.Owner)
 	if g == nil {
 		return nil, errors.New("records: granted hold missing from the state written")
 	}
 	g.Extended = extended
+	if x != nil {
+		g.Session = x
+	}
 	return g, nil
 }
 
@@ -477,8 +492,11 @@ func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
 	return out, nil
 }
 
-// Close closes the records.
-func (s *Store) Close() error { return s.r.Close() }
+// Close ends the Store's sessions, then closes the records.
+func (s *Store) Close() error {
+	s.closeSessions()
+	return s.r.Close()
+}
 
 // Watch implements driver.Waiter: a waiter is woken by this process's
 // changes at once, by other processes' through the store's notifications
