@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -172,8 +173,61 @@ func helper(mode, db string) error {
 		fmt.Println("token", l.Token())
 		time.Sleep(time.Hour)
 		return nil
+	case "sessionholder":
+		// Take the lock in the Store's session, say so, and wait to be
+		// killed.
+		s, err := sqlite.Open(ctx, db, nil)
+		if err != nil {
+			return err
+		}
+		c, err := baton.New(s, &baton.Options{TTL: 300 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		// The Store starts its session after its first grant.
+		first, err := c.TryLock(ctx, "first", nil)
+		if err != nil {
+			return err
+		}
+		first.Release(ctx)
+		time.Sleep(100 * time.Millisecond)
+		l, err := c.TryLock(ctx, "crash", nil)
+		if err != nil {
+			return err
+		}
+		fmt.Println("token", l.Token())
+		time.Sleep(time.Hour)
+		return nil
 	}
 	return fmt.Errorf("unknown helper mode %q", mode)
+}
+
+// TestKilledSessionHolder checks that a hold kept past its TTL by its
+// process's session is let go when that process dies.
+func TestKilledSessionHolder(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	db := filepath.Join(t.TempDir(), "locks.db")
+	c := client(t, open(t, db, nil), nil)
+	cmd, out := child(t, "sessionholder", db)
+	token, err := strconv.ParseUint(expect(t, out, "token"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // past the hold's own TTL: only its session keeps it
+	if _, err := c.TryLock(ctx, "crash", nil); !errors.Is(err, baton.ErrLocked) {
+		t.Fatalf("TryLock of a hold its live process keeps: %v, want ErrLocked", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	l, err := c.Lock(ctx, "crash", nil)
+	if err != nil {
+		t.Fatalf("Lock after the holder died: %v", err)
+	}
+	if l.Token() <= token {
+		t.Errorf("token %d after the dead holder's %d", l.Token(), token)
+	}
 }
 
 func TestMultiProcess(t *testing.T) {
