@@ -224,6 +224,9 @@ func TestSessionEndsOnClose(t *testing.T) {
 	default:
 		t.Error("Close did not end the session")
 	}
+	if d := g.Session.(driver.SessionDeadline).Deadline(); d.After(time.Now()) {
+		t.Errorf("the session's deadline after Close is %v ahead, though its row is gone", time.Until(d))
+	}
 	if n := count(); n != 0 {
 		t.Errorf("%d sessions after Close, want 0", n)
 	}

@@ -20,10 +20,10 @@ import (
 // alive then costs what keeping one does.
 //
 // A store that implements Sessions applies, in Update and Scan, the
-// expiry of each live session to the holders bound to it
-// (lockstate.State.ApplySessions), reading the session records in the same
-// atomic step as the states: a session renewed after a state was read
-// could otherwise keep alive a hold the rules already dropped.
+// expiries of the live sessions that holders past their own expiry are
+// bound to (lockstate.State.Sessions, ApplySessions). In Update it reads
+// them in the same atomic step as the states: a session renewed after a
+// state was read could otherwise keep alive a hold the rules dropped.
 type Sessions interface {
 	// KeepSession sets the expiry of session id to the store's time plus
 	// ttl, and reports whether it did. With create set, id is new and its
@@ -82,7 +82,9 @@ func (x *session) renewed(sent time.Time) {
 	x.deadline = sent.Add(x.ttl - driver.Margin(x.ttl))
 }
 
-// end ends the session with err (first caller wins).
+// end ends the session with err (first caller wins). Its deadline is now
+// at the latest: a session ended by Close is deleted from the store next,
+// and keeps its holds no longer.
 func (x *session) end(err error) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -90,6 +92,9 @@ func (x *session) end(err error) bool {
 		return false
 	}
 	x.err = err
+	if now := time.Now(); x.deadline.After(now) {
+		x.deadline = now
+	}
 	close(x.done)
 	return true
 }
@@ -138,8 +143,8 @@ func (s *Store) session(ttl time.Duration, granted bool) *session {
 	return nil
 }
 
-// startSession makes a session of ttl, waiting for the store at most a
-// third of ttl, and renews it until it ends.
+// startSession makes a session of ttl, waiting for the store a third of
+// ttl (at least a second), and renews it until it ends.
 func (s *Store) startSession(ks Sessions, ttl time.Duration) {
 	ss := &s.ss
 	defer ss.wg.Done()
