@@ -357,7 +357,13 @@ func (c *Client) acquire(ctx context.Context, name string, o *LockOptions, wait 
 	}
 	// A store may keep the hold in a session of its own only while the
 	// lease lasts: not past it, as a lock-delay or a minimum hold would.
-	req.KeepAlive = keepAlive && delay == 0 && (o == nil || o.MinHold == 0)
+	// And only once the client holds another lease: a session pays where
+	// holds overlap, and a process that holds one lock at a time (a job,
+	// the CLI) would renew a session besides its lease.
+	c.mu.Lock()
+	others := len(c.leases) > 0
+	c.mu.Unlock()
+	req.KeepAlive = keepAlive && delay == 0 && (o == nil || o.MinHold == 0) && others
 	ttl := req.TTL // the lease's; the store keeps the hold for the delay longer
 	req.TTL += delay
 	if c.isClosed() {

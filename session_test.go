@@ -35,6 +35,13 @@ type sessionStore struct {
 	reqs []driver.Request
 }
 
+// last returns the last request the store saw.
+func (st *sessionStore) last() driver.Request {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reqs[len(st.reqs)-1]
+}
+
 func (st *sessionStore) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
 	st.mu.Lock()
 	st.reqs = append(st.reqs, *req)
@@ -49,8 +56,9 @@ func (st *sessionStore) Acquire(ctx context.Context, req *driver.Request) (*driv
 // A lease whose hold a store keeps in its session lasts as long as the
 // session, past its own TTL, without a renewal of its own; its deadline
 // is the later of the two; it ends when the session does. Leases that
-// must outlive their TTL in the store (a lock-delay, a minimum hold) or
-// that the client does not keep alive are not offered to the session.
+// must outlive their TTL in the store (a lock-delay, a minimum hold), that
+// the client does not keep alive, or that it holds alone are not offered
+// to the session.
 func TestLeaseInStoreSession(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Minute
@@ -61,9 +69,21 @@ func TestLeaseInStoreSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// A client that holds one lock at a time keeps it alive on its own.
+	first, err := c.TryLock(ctx, "first", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.last().KeepAlive {
+		t.Error("a client's only lease is offered to a session")
+	}
+	defer first.Release(ctx)
 	l, err := c.TryLock(ctx, "s", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !st.last().KeepAlive {
+		t.Error("a lease taken while the client holds another is not offered to a session")
 	}
 	if !l.Deadline().Equal(st.s.Deadline()) {
 		t.Errorf("Deadline %v, want the session's %v", l.Deadline(), st.s.Deadline())
@@ -72,9 +92,11 @@ func TestLeaseInStoreSession(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("past its own TTL, within its session's: %v", err)
 	}
-	if renews, _ := st.calls(); len(renews) != 0 {
-		t.Errorf("Renew calls %v for a lease the session keeps, want none", renews)
+	st.recorder.mu.Lock()
+	if n := len(st.recorder.renewed["s"]); n != 0 {
+		t.Errorf("%d renewals of a lease the session keeps, want none", n)
 	}
+	st.recorder.mu.Unlock()
 	// A re-acquire moves the deadline of its own TTL past the session's.
 	if _, err := c.TryLock(ctx, "s", &baton.LockOptions{Owner: l.Owner(), TTL: 2 * ttl}); err != nil {
 		t.Fatal(err)
@@ -123,9 +145,7 @@ func TestLeaseInStoreSession(t *testing.T) {
 		if _, err := c.TryLock(ctx, "o", o); err != nil {
 			t.Fatal(err)
 		}
-		st.mu.Lock()
-		req := st.reqs[len(st.reqs)-1]
-		st.mu.Unlock()
+		req := st.last()
 		if req.KeepAlive {
 			t.Errorf("%+v: the request offers the hold to a session", o)
 		}

@@ -108,7 +108,8 @@ type Request struct {
 	Meta     map[string]string
 	// KeepAlive says that the client renews the hold by TTL for as long
 	// as it holds it, and counts its lease by TTL alone (no lock-delay,
-	// no minimum hold).
+	// no minimum hold). baton sets it only while the client holds other
+	// leases.
 	// A store that keeps sessions of its own may then bind the hold to one
 	// and keep it alive with the session, one renewal for all the holds
 	// bound to it, instead of the client renewing each (Grant.Session).

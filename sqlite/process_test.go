@@ -184,12 +184,14 @@ func helper(mode, db string) error {
 		if err != nil {
 			return err
 		}
-		// The Store starts its session after its first grant.
-		first, err := c.TryLock(ctx, "first", nil)
-		if err != nil {
+		// The Store starts its session after its first grant; the
+		// client offers a lease to it while it holds another.
+		if _, err := c.TryLock(ctx, "first", nil); err != nil {
 			return err
 		}
-		first.Release(ctx)
+		if _, err := c.TryLock(ctx, "second", nil); err != nil {
+			return err
+		}
 		time.Sleep(100 * time.Millisecond)
 		l, err := c.TryLock(ctx, "crash", nil)
 		if err != nil {

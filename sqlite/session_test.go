@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +27,11 @@ type renewCounter struct {
 }
 
 func (r *renewCounter) Renew(ctx context.Context, hs []driver.Hold) ([]*driver.Grant, error) {
-	r.holds.Add(int64(len(hs)))
+	for _, h := range hs {
+		if strings.HasPrefix(h.Name, "s/") {
+			r.holds.Add(1)
+		}
+	}
 	return r.Store.Renew(ctx, hs)
 }
 
@@ -42,8 +47,10 @@ func TestSessionKeepsHolds(t *testing.T) {
 	rc := &renewCounter{Store: st}
 	a := client(t, rc, &baton.Options{TTL: ttl})
 	b := client(t, open(t, path, nil), nil)
-	// The Store starts its session after its first grant.
+	// The Store starts its session after its first grant; the client
+	// offers a lease to it while it holds another.
 	waitSession(t, ctx, st, ttl)
+	mustTryLock(t, ctx, a, "first")
 	var ls []*baton.Lease
 	for i := range 20 {
 		l, err := a.TryLock(ctx, fmt.Sprintf("s/%d", i), nil)
@@ -130,6 +137,7 @@ func TestSessionLost(t *testing.T) {
 	a := client(t, st, &baton.Options{TTL: ttl})
 	b := client(t, open(t, path, nil), nil)
 	waitSession(t, ctx, st, ttl)
+	mustTryLock(t, ctx, a, "lost/first") // the client offers the next ones to the session
 	la := mustTryLock(t, ctx, a, "lost/a")
 	lb := mustTryLock(t, ctx, a, "lost/b")
 	sqlite.Faulty{Store: st}.SetPartitioned(true)

@@ -70,12 +70,12 @@
 // systems every commit is flushed. Both hold on storage that honours
 // fsync. Why: docs/stores/sqlite.md#durability.
 //
-// Sessions: the holds a client keeps alive live in its Store's session as
-// well as their own TTL, and the Store renews the session, one row every
-// third of the TTL, instead of the client renewing every hold: holding many
-// locks costs what holding one does. A hold outlives its TTL only while its
-// session is renewed, so a process that dies or stops lets its names go as
-// before. Processes of versions from before sessions fail on a name whose
+// Sessions: the holds a client keeps alive together live in its Store's
+// session as well as their own TTL, and the Store renews the session, one
+// row every third of the TTL, instead of the client renewing every hold:
+// holding many locks costs what holding one does. A hold outlives its TTL
+// only while its session is renewed, so a process that dies or stops lets
+// its names go as before. Processes of versions from before sessions fail on a name whose
 // holder is bound to a session instead of misjudging it: while they share
 // the file, set Options.NoSessions. See docs/stores/sqlite.md#sessions.
 //
