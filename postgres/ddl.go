@@ -15,7 +15,7 @@ import (
 // compares it to decide whether the functions must be (re)created. It ends
 // with a hash of schema.sql, so that any change of the SQL replaces the
 // functions of an older version of this package.
-var schemaVersion = "baton postgres store, schema 4 " + hashOf(schemaSQL)[:12]
+var schemaVersion = "baton postgres store, schema 5 " + hashOf(schemaSQL)[:12]
 
 func hashOf(s string) string {
 	h := sha256.Sum256([]byte(s))
@@ -50,11 +50,12 @@ type objects struct {
 	holds       string // holders and queue entries
 	epochs      string // the epoch and the longest non-durable TTL
 	incarnation string // the unlogged marker of the server's incarnation
+	sessions    string // the unlogged table of the clients' sessions
 	ownerIx     string // index on holds (owner), unqualified (indexes live with their table)
 
 	// the entry points, and the functions they call
-	acquire, renew, release, list, purge, bind, reclaim string
-	wake, newEpoch, raise, begin, take, settle, next    string
+	acquire, renew, release, list, purge, bind, reclaim, session string
+	wake, newEpoch, raise, begin, take, settle, next, alive      string
 }
 
 func newObjects(schema, table string) objects {
@@ -71,6 +72,7 @@ func newObjects(schema, table string) objects {
 		holds:       q("_holds"),
 		epochs:      q("_epochs"),
 		incarnation: q("_incarnation"),
+		sessions:    q("_sessions"),
 		ownerIx:     pgx.Identifier{table + "_holds_owner"}.Sanitize(),
 		acquire:     q("_acquire"),
 		renew:       q("_renew"),
@@ -79,6 +81,8 @@ func newObjects(schema, table string) objects {
 		purge:       q("_purge"),
 		bind:        q("_bind"),
 		reclaim:     q("_reclaim"),
+		session:     q("_session"),
+		alive:       q("_alive"),
 		wake:        q("_wake"),
 		newEpoch:    q("_new_epoch"),
 		raise:       q("_raise"),
@@ -112,6 +116,7 @@ func (o objects) ddl() string {
 		"{HOLDS}", o.holds,
 		"{EPOCHS}", o.epochs,
 		"{INCARNATION}", o.incarnation,
+		"{SESSIONS}", o.sessions,
 		"{OWNER_IX}", o.ownerIx,
 		"{ACQUIRE}", o.acquire,
 		"{RENEW}", o.renew,
@@ -120,6 +125,8 @@ func (o objects) ddl() string {
 		"{PURGE}", o.purge,
 		"{BIND}", o.bind,
 		"{RECLAIM}", o.reclaim,
+		"{SESSION}", o.session,
+		"{ALIVE}", o.alive,
 		"{WAKE}", o.wake,
 		"{NEWEPOCH}", o.newEpoch,
 		"{RAISE}", o.raise,

@@ -9,8 +9,10 @@ import (
 // DropSQL drops every object of a lock table (tests use fresh tables).
 func DropSQL(schema, table string) string {
 	o := newObjects(schema, table)
-	return "DROP TABLE IF EXISTS " + o.holds + ", " + o.counter + ", " + o.epochs + ", " + o.incarnation + ";" +
-		"DROP FUNCTION IF EXISTS " + o.acquire + ", " + o.renew + ", " + o.release + ", " +
+	return "DROP TABLE IF EXISTS " + o.holds + ", " + o.counter + ", " + o.epochs + ", " + o.incarnation + ", " + o.sessions + ";" +
+		"DROP FUNCTION IF EXISTS " + o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint), " +
+		o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint, text);" +
+		"DROP FUNCTION IF EXISTS " + o.session + ", " + o.alive + ", " + o.renew + ", " + o.release + ", " +
 		o.list + ", " + o.purge + ", " + o.bind + ", " + o.reclaim + ", " + o.wake + ", " +
 		o.newEpoch + ", " + o.raise + ", " + o.begin + ", " + o.take + ", " + o.settle + ", " + o.next + ";"
 }
@@ -38,3 +40,9 @@ func SetVacuum(check, dead int64) (restore func()) {
 	vacuumCheck, vacuumDead = check, dead
 	return func() { vacuumCheck, vacuumDead = oldCheck, oldDead }
 }
+
+// Faulty is a store with the test hook drivertest looks for
+// (drivertest.Partitioner): a partition fails its session renewals.
+type Faulty struct{ *Store }
+
+func (f Faulty) SetPartitioned(down bool) { f.Store.partitioned.Store(down) }

@@ -95,6 +95,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/sessions"
 )
 
 func init() {
@@ -174,10 +175,13 @@ type Store struct {
 	nQueued   atomic.Int64
 	vacuumDue chan struct{}
 	mayVacuum int // 0 unknown, 1 the role owns the holds table, -1 not; the janitor's
+
+	sessions    *sessions.Keeper // nil with Options.Durable
+	partitioned atomic.Bool      // a test's: session renewals fail
 }
 
 type queries struct {
-	acquire, renew, release, list, purge, bind, reclaim string
+	acquire, renew, release, list, purge, bind, reclaim, session string
 }
 
 // Open connects to the database at rawURL (a postgres:// URL, see the
@@ -264,6 +268,9 @@ func newStore(pool *pgxpool.Pool, o Options) *Store {
 		vacuumDue: make(chan struct{}, 1),
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	if !o.Durable {
+		s.sessions = sessions.New(s)
+	}
 	return s
 }
 
@@ -362,13 +369,14 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	s.obj = obj
 	s.q = queries{
-		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
 		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3, $4)",
 		release: "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
 		list:    "SELECT * FROM " + obj.list + "($1, $2, $3)",
 		purge:   "SELECT * FROM " + obj.purge + "()",
 		bind:    "SELECT " + obj.bind + "($1, $2, $3)",
 		reclaim: "SELECT " + obj.reclaim + "($1)",
+		session: "SELECT " + obj.session + "($1, $2, $3, $4)",
 	}
 	return nil
 }
@@ -500,7 +508,16 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		status                    int16
 		token, after              int64
 		created, renewed, expires time.Time
+		bound                     bool
+		x                         *sessions.Session
+		sid                       *string
 	)
+	if s.sessionsFor(req) {
+		if x = s.sessions.Session(req.TTL, false); x != nil {
+			id := x.ID()
+			sid = &id
+		}
+	}
 	sent := time.Now()
 	// The call outlives ctx: a statement whose connection closes still
 	// commits, and a grant or queue entry nobody learns of would block the
@@ -510,8 +527,8 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	defer cancel()
 	err := retry(ctx, func() error {
 		return s.pool.QueryRow(cctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
-			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable()).
-			Scan(&status, &token, &created, &renewed, &expires, &after)
+			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable(), sid).
+			Scan(&status, &token, &created, &renewed, &expires, &after, &bound)
 	})
 	if err != nil {
 		return nil, wrap("acquire", err)
@@ -521,7 +538,13 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		if req.Queue {
 			s.hub.setMark(req, driver.ServerMark{})
 		}
-		return &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires, Extended: status == 1}, nil
+		g := &driver.Grant{Token: uint64(token), Created: created, Renewed: renewed, Expires: expires, Extended: status == 1}
+		if bound && x != nil {
+			g.Session = x
+		} else if x == nil && s.sessionsFor(req) {
+			s.sessions.Session(req.TTL, true)
+		}
+		return g, nil
 	case 2:
 		if req.Queue {
 			// created is the server's clock, read after sent.
@@ -707,6 +730,9 @@ func (h *holderRow) holder() driver.Holder {
 // flight to return their connections.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.sessions != nil {
+			s.sessions.Close() // ends and deletes them, while the pool is open
+		}
 		s.mu.Lock()
 		s.closed.Store(true)
 		s.mu.Unlock()
@@ -718,6 +744,39 @@ func (s *Store) Close() error {
 		}
 	})
 	return nil
+}
+
+// sessionsFor reports whether req's hold may be bound to a session: one
+// the client keeps alive, of a TTL the grace period after a crash covers,
+// for the sessions' table is unlogged and renewed without a flush.
+func (s *Store) sessionsFor(req *driver.Request) bool {
+	return req.KeepAlive && s.sessions != nil && req.TTL <= s.opts.MaxGrace
+}
+
+// KeepSession implements sessions.Store: one call of the table's session
+// function. A new session raises the longest TTL the grace period
+// covers, durably, when it must.
+func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
+	if s.partitioned.Load() {
+		return false, errors.New("postgres: partitioned (a test's fault)")
+	}
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.q.session, id, ns(ttl), create, s.durable()).Scan(&ok)
+	})
+	return ok, wrap("session", err)
+}
+
+// EndSession implements sessions.Store.
+func (s *Store) EndSession(ctx context.Context, id string) error {
+	if !s.ready.Load() {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, "DELETE FROM "+s.obj.sessions+" WHERE id = $1", id)
+	return wrap("end session", err)
 }
 
 // Watch implements driver.Waiter.

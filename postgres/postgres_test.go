@@ -115,7 +115,7 @@ func pool(t testing.TB) *pgxpool.Pool {
 func TestConformance(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		drivertest.Run(t, drivertest.Config{
-			Open: func(t testing.TB) driver.Store { return open(t, table) },
+			Open: func(t testing.TB) driver.Store { return postgres.Faulty{Store: open(t, table)} },
 			// Room for the suite's 300ms TTLs on a loaded machine (CI runs
 			// the fault harness and other stores' suites beside it).
 			Slow: 1.5,

@@ -41,6 +41,21 @@
 -- before anyone else gets its name; its holder finds out when its renewal
 -- fails. Holds the server remembers are renewed and released as usual
 -- meanwhile.
+--
+-- Sessions: a hold may be bound to a session of its client (xs, sid), a
+-- row of the unlogged table {SESSIONS} that the client renews in place of
+-- the hold's own renewals. Such a hold lives until the later of its own
+-- expiry and its session's. Whatever judges a hold past its own expiry
+-- reads its session FOR SHARE ({ALIVE}), under the name's row lock: a
+-- renewal of the session, which takes the row's lock, then waits for the
+-- judgment to commit, and renews only a session still live by then. take
+-- moves the session's expiry onto the name's holds that need it, so the
+-- rules that follow judge by expires alone. A name's bound says whether
+-- its entries in {HOLDS} may have sessions: set by whatever binds one
+-- there, cleared when the name has none left. A crash empties {SESSIONS}
+-- with the marker, and the grace period covers the sessions' TTLs as it
+-- covers the leases' (sessions are kept only for leases granted without a
+-- flush).
 
 CREATE TABLE IF NOT EXISTS {COUNTERS} (
 	name   text COLLATE "C" PRIMARY KEY,
@@ -57,7 +72,9 @@ ALTER TABLE {COUNTERS}
 	ADD COLUMN IF NOT EXISTS xttl  bigint,
 	ADD COLUMN IF NOT EXISTS xc    timestamptz,
 	ADD COLUMN IF NOT EXISTS xr    timestamptz,
-	ADD COLUMN IF NOT EXISTS xe    timestamptz;
+	ADD COLUMN IF NOT EXISTS xe    timestamptz,
+	ADD COLUMN IF NOT EXISTS xs    text COLLATE "C", -- the inline hold's session, NULL if none
+	ADD COLUMN IF NOT EXISTS bound boolean NOT NULL DEFAULT false; -- entries in {HOLDS} may have a session
 
 CREATE TABLE IF NOT EXISTS {HOLDS} (
 	name    text COLLATE "C" NOT NULL,
@@ -78,7 +95,8 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 -- its owner's bound on leases granted without a flush (see wake).
 ALTER TABLE {HOLDS}
 	ADD COLUMN IF NOT EXISTS hold_ttl bigint,
-	ADD COLUMN IF NOT EXISTS durable  bigint;
+	ADD COLUMN IF NOT EXISTS durable  bigint,
+	ADD COLUMN IF NOT EXISTS sid      text COLLATE "C"; -- from schema 5: the hold's session, NULL if none
 
 CREATE INDEX IF NOT EXISTS {OWNER_IX} ON {HOLDS} (owner);
 
@@ -108,6 +126,12 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {INCARNATION} (
 	grace   timestamptz NOT NULL -- nothing is granted before
 );
 
+-- The clients' sessions (schema 5), which crash recovery empties too.
+CREATE UNLOGGED TABLE IF NOT EXISTS {SESSIONS} (
+	id      text COLLATE "C" PRIMARY KEY,
+	expires timestamptz NOT NULL
+);
+
 -- Functions of earlier schemas whose arguments or results changed, which
 -- CREATE OR REPLACE cannot replace (schema 2's know nothing of inline
 -- holds: calls of older versions fail instead of misjudging).
@@ -116,6 +140,11 @@ DROP FUNCTION IF EXISTS {RENEW}(text[], text[], bigint[]);
 DROP FUNCTION IF EXISTS {WAKE}(text);
 DROP FUNCTION IF EXISTS {WAKE}(text, boolean);
 DROP FUNCTION IF EXISTS {TAKE}(text, integer);
+-- Schema 4's acquire, replaced below by one that answers with o_bound as
+-- well: schema 4's script, run by an earlier version of this package,
+-- then fails on it instead of putting back functions that know nothing
+-- of sessions, while the earlier versions already running keep working.
+DROP FUNCTION IF EXISTS {ACQUIRE}(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint);
 
 -- new_epoch starts a new epoch, durably: on a new incarnation (the marker
 -- is missing: grace follows), when a name's counter is full, or to
@@ -149,6 +178,38 @@ BEGIN
 	UPDATE {INCARNATION} i SET max_ttl = greatest(i.max_ttl, p_ttl) WHERE i.id;
 END $$;
 
+-- alive returns the expiry of session p_sid, NULL if it has none, and
+-- holds its row FOR SHARE until the transaction ends: a renewal waits, and
+-- then renews it only if it is still live.
+CREATE OR REPLACE FUNCTION {ALIVE}(p_sid text) RETURNS timestamptz
+LANGUAGE sql AS $$
+	SELECT s.expires FROM {SESSIONS} s WHERE s.id = p_sid FOR SHARE
+$$;
+
+-- session creates session p_id (p_create) or renews it if it is live,
+-- for p_ttl ns, and reports whether it did. Sessions are kept only for
+-- leases the grace period covers (p_ttl up to p_durable): a crash forgets
+-- them, as it forgets those leases' grants.
+CREATE OR REPLACE FUNCTION {SESSION}(p_id text, p_ttl bigint, p_create boolean, p_durable bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_ttl interval := ((p_ttl + 999) / 1000) * interval '1 microsecond';
+BEGIN
+	IF NOT p_create THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+		UPDATE {SESSIONS} s SET expires = clock_timestamp() + v_ttl
+		 WHERE s.id = p_id AND s.expires > clock_timestamp();
+		RETURN FOUND;
+	END IF;
+	IF p_durable < 0 OR p_ttl > p_durable THEN
+		RETURN false;
+	END IF;
+	PERFORM {BEGIN}(p_ttl, p_durable); -- raises max_ttl, durably, if need be
+	DELETE FROM {SESSIONS} s WHERE s.expires <= clock_timestamp();
+	INSERT INTO {SESSIONS} (id, expires) VALUES (p_id, clock_timestamp() + v_ttl) ON CONFLICT (id) DO NOTHING;
+	RETURN FOUND;
+END $$;
+
 -- begin reads the marker (starting a new incarnation if it is missing)
 -- and sets the transaction's durability for leases of up to p_ttl ns. A
 -- transaction that started an epoch commits synchronously whatever the
@@ -176,7 +237,8 @@ BEGIN
 END $$;
 
 -- take locks p_name's row, creating it, and moves its inline hold, if
--- live, to {HOLDS}. It returns the epoch for the name's next token (a new
+-- live, to {HOLDS}; holds of the name past their own expiry whose session
+-- is live take the session's expiry. It returns the epoch for the name's next token (a new
 -- row takes the current one, read under the lock that reclaim takes before
 -- it deletes rows, so that a name reclaimed and used again never reissues
 -- a token), and busy as the row had it: when it was set, and the caller
@@ -185,9 +247,10 @@ END $$;
 CREATE OR REPLACE FUNCTION {TAKE}(p_name text, INOUT p_epoch integer, OUT o_busy boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-	r record;
+	r     record;
+	v_exp timestamptz;
 BEGIN
-	SELECT k.busy, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+	SELECT k.busy, k.bound, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, k.xs INTO r
 	  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	IF NOT FOUND THEN
 		PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
@@ -196,27 +259,44 @@ BEGIN
 			SELECT e.o_epoch INTO p_epoch FROM {NEWEPOCH}(true) e;
 		END IF;
 		INSERT INTO {COUNTERS} (name, epoch) VALUES (p_name, p_epoch) ON CONFLICT (name) DO NOTHING;
-		SELECT k.busy, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe INTO r
+		SELECT k.busy, k.bound, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, k.xs INTO r
 		  FROM {COUNTERS} k WHERE k.name = p_name FOR UPDATE;
 	END IF;
 	o_busy := r.busy;
 	IF r.xo IS NOT NULL THEN
-		IF r.xe > clock_timestamp() THEN
-			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
-			VALUES (p_name, r.xo, false, 1, 0, r.xt, r.xh, r.xm, r.xttl, r.xc, r.xr, r.xe);
+		v_exp := r.xe;
+		IF r.xe <= clock_timestamp() AND r.xs IS NOT NULL THEN
+			v_exp := greatest(r.xe, {ALIVE}(r.xs));
 		END IF;
-		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL WHERE k.name = p_name;
+		IF v_exp > clock_timestamp() THEN
+			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, sid)
+			VALUES (p_name, r.xo, false, 1, 0, r.xt, r.xh, r.xm, r.xttl, r.xc, r.xr, v_exp, r.xs);
+			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL, xs = NULL, bound = k.bound OR r.xs IS NOT NULL WHERE k.name = p_name;
+		ELSE
+			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL, xs = NULL WHERE k.name = p_name;
+		END IF;
+	END IF;
+	IF r.busy AND r.bound THEN
+		WITH s AS (
+			SELECT s.id, s.expires FROM {SESSIONS} s
+			 WHERE s.id IN (SELECT e.sid FROM {HOLDS} e
+			                 WHERE e.name = p_name AND e.sid IS NOT NULL AND e.expires <= clock_timestamp())
+			   FOR SHARE
+		)
+		UPDATE {HOLDS} e SET expires = s.expires
+		  FROM s WHERE e.name = p_name AND e.sid = s.id AND e.expires < s.expires;
 	END IF;
 END $$;
 
--- settle sets busy to whether p_name has entries in {HOLDS}; its row is
--- locked.
+-- settle sets busy to whether p_name has entries in {HOLDS}, and clears
+-- bound if it has none; its row is locked.
 CREATE OR REPLACE FUNCTION {SETTLE}(p_name text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	v_busy boolean := EXISTS (SELECT 1 FROM {HOLDS} e WHERE e.name = p_name);
 BEGIN
-	UPDATE {COUNTERS} k SET busy = v_busy WHERE k.name = p_name AND k.busy <> v_busy;
+	UPDATE {COUNTERS} k SET busy = v_busy, bound = k.bound AND v_busy
+	 WHERE k.name = p_name AND (k.busy <> v_busy OR k.bound AND NOT v_busy);
 END $$;
 
 -- next_token returns the next token of p_name, whose row is locked.
@@ -304,7 +384,7 @@ BEGIN
 			END IF;
 			v_token := {NEXT}(p_name, v_epoch);
 			UPDATE {HOLDS} e
-			   SET queued = false, token = v_token, ttl_ns = q.hold_ttl, hold_ttl = NULL, durable = NULL,
+			   SET queued = false, token = v_token, ttl_ns = q.hold_ttl, hold_ttl = NULL, durable = NULL, sid = NULL,
 			       created = v_now, renewed = v_now, expires = v_now + ((v_ttl + 999) / 1000) * interval '1 microsecond'
 			 WHERE e.name = p_name AND e.owner = q.owner
 			-- (floor: PostgreSQL 12 and 13 extract a double, which may be a
@@ -337,12 +417,14 @@ END $$;
 -- mode or with another limit, 4 a shared request whose limit is not the
 -- shared holders'. TTLs arrive in nanoseconds; expiries round them up to
 -- microseconds, PostgreSQL's resolution, so that an expiry is never
--- earlier than the time read + TTL.
+-- earlier than the time read + TTL. A new hold is bound to session
+-- p_session, if not NULL; a hold extended keeps its binding. o_bound says
+-- whether the hold granted or extended is bound to p_session.
 CREATE OR REPLACE FUNCTION {ACQUIRE}(
 	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
-	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint, p_session text,
 	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
-	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint)
+	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	v_epoch      integer;
@@ -367,9 +449,12 @@ DECLARE
 	v_moved      boolean := false;
 	v_known      boolean;
 	v_sync       text;
+	v_sid        text;
 BEGIN
+	o_bound := false;
 	-- The fast path, in one statement: an exclusive request on a name whose
-	-- row is not busy and has no live inline hold, with the marker there,
+	-- row is not busy and has no inline hold that may be live (a hold past
+	-- its own expiry in a session goes the long way), with the marker there,
 	-- past the grace period, takes the inline hold with the name's next
 	-- token. Its commit waits for the disk as begin would have it: not for
 	-- a lease the marker's max_ttl covers and the caller's bound allows,
@@ -379,18 +464,18 @@ BEGIN
 		UPDATE {COUNTERS} k
 		   SET seq = CASE WHEN k.epoch >= i.epoch THEN k.seq + 1 ELSE 1 END,
 		       epoch = greatest(k.epoch, i.epoch),
-		       xo = p_owner, xh = p_host, xm = p_meta, xttl = p_ttl,
+		       xo = p_owner, xh = p_host, xm = p_meta, xttl = p_ttl, xs = p_session,
 		       xt = (greatest(k.epoch, i.epoch)::bigint << 32) | CASE WHEN k.epoch >= i.epoch THEN k.seq + 1 ELSE 1 END,
 		       xc = t.now, xr = t.now, xe = t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
 		  FROM (SELECT clock_timestamp() AS now) t, {INCARNATION} i
-		 WHERE i.id AND k.name = p_name AND NOT k.busy AND (k.xo IS NULL OR k.xe <= t.now)
+		 WHERE i.id AND k.name = p_name AND NOT k.busy AND (k.xo IS NULL OR (k.xe <= t.now AND k.xs IS NULL))
 		   AND (k.epoch < i.epoch OR k.seq < 4294967295) AND t.now >= i.grace
 		   AND (p_durable < 0 OR p_ttl > p_durable OR p_ttl <= i.max_ttl)
 		   AND set_config('synchronous_commit',
 		                  CASE WHEN p_durable >= 0 AND p_ttl <= p_durable THEN 'off' ELSE 'on' END, true) IS NOT NULL
 		RETURNING k.xt, k.xc, k.xe INTO o_token, o_created, o_expires;
 		IF FOUND THEN
-			o_status := 0; o_renewed := o_created; o_after := 0;
+			o_status := 0; o_renewed := o_created; o_after := 0; o_bound := p_session IS NOT NULL;
 			RETURN;
 		END IF;
 	END IF;
@@ -415,14 +500,14 @@ BEGIN
 			-- lock (see take).
 			PERFORM pg_advisory_xact_lock_shared(hashtextextended({KEY}, 0));
 			SELECT i.epoch INTO v_epoch FROM {INCARNATION} i WHERE i.id;
-			INSERT INTO {COUNTERS} AS k (name, seq, epoch, xo, xt, xh, xm, xttl, xc, xr, xe)
+			INSERT INTO {COUNTERS} AS k (name, seq, epoch, xo, xt, xh, xm, xttl, xc, xr, xe, xs)
 			SELECT p_name, 1, v_epoch, p_owner, (v_epoch::bigint << 32) | 1, p_host, p_meta, p_ttl, t.now, t.now,
-			       t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond'
+			       t.now + ((p_ttl + 999) / 1000) * interval '1 microsecond', p_session
 			  FROM (SELECT clock_timestamp() AS now) t
 			ON CONFLICT (name) DO NOTHING
 			RETURNING k.xt, k.xc, k.xe INTO o_token, o_created, o_expires;
 			IF FOUND THEN
-				o_status := 0; o_renewed := o_created; o_after := 0;
+				o_status := 0; o_renewed := o_created; o_after := 0; o_bound := p_session IS NOT NULL;
 				RETURN;
 			END IF;
 		END IF;
@@ -435,9 +520,9 @@ BEGIN
 	-- In one statement: the caller's live entry, if any, and what the rules
 	-- need to know about the other live entries (expired ones are dropped
 	-- just below, which changes none of this).
-	SELECT o.queued, o.mode, o.lim, o.token, o.expires,
+	SELECT o.queued, o.mode, o.lim, o.token, o.expires, o.sid,
 	       a.n_expired, a.n_holders, a.x_holders, a.n_ahead, a.x_ahead, a.first_expiry, a.lim_conflict
-	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires,
+	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires, v_sid,
 	       v_gone, v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_conflict
 	  FROM (SELECT) AS one
 	  LEFT JOIN {HOLDS} o ON o.name = p_name AND o.owner = p_owner AND o.expires > v_now
@@ -472,6 +557,7 @@ BEGIN
 			RETURNING e.token, e.created, e.renewed, e.expires
 			     INTO o_token, o_created, o_renewed, o_expires;
 			o_status := 1;
+			o_bound := coalesce(v_sid = p_session, false);
 		END IF;
 	ELSIF p_mode = 2 AND v_conflict THEN
 		o_status := 4;
@@ -488,14 +574,18 @@ BEGIN
 				UPDATE {HOLDS} e
 				   SET queued = false, mode = p_mode, lim = p_limit, token = o_token, host = p_host,
 				       meta = p_meta, ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = o_expires,
-				       hold_ttl = NULL, durable = NULL
+				       hold_ttl = NULL, durable = NULL, sid = p_session
 				 WHERE e.name = p_name AND e.owner = p_owner;
 				v_moved := true; -- the entries behind it move up
 			ELSE
-				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires)
-				VALUES (p_name, p_owner, false, p_mode, p_limit, o_token, p_host, p_meta, p_ttl, v_now, v_now, o_expires);
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, sid)
+				VALUES (p_name, p_owner, false, p_mode, p_limit, o_token, p_host, p_meta, p_ttl, v_now, v_now, o_expires, p_session);
 			END IF;
 			o_status := 0;
+			o_bound := p_session IS NOT NULL;
+			IF o_bound THEN
+				UPDATE {COUNTERS} k SET bound = true WHERE k.name = p_name AND NOT k.bound;
+			END IF;
 		ELSE
 			IF p_queue THEN
 				IF v_found THEN
@@ -533,6 +623,17 @@ BEGIN
 		PERFORM {SETTLE}(p_name);
 	END IF;
 END $$;
+
+-- acquire as the earlier versions of this package call it: they bind no
+-- session.
+CREATE OR REPLACE FUNCTION {ACQUIRE}(
+	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint,
+	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
+	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
+LANGUAGE sql AS $$
+	SELECT * FROM {ACQUIRE}(p_name, p_owner, p_mode, p_limit, p_ttl, p_queue, p_qttl, p_host, p_meta, p_durable, NULL)
+$$;
 
 -- renew extends the live holds among (p_names[i], p_owners[i]) by
 -- p_ttls[i] nanoseconds and returns one row per hold renewed. Holds that
@@ -616,12 +717,15 @@ BEGIN
 		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
 		 ORDER BY k.name FOR UPDATE OF k;
 	END IF;
-	-- Inline holds: nobody waits for their names.
+	-- Inline holds: nobody waits for their names. (xs means nothing once
+	-- xo is NULL, and every grant sets it.)
 	FOR r IN
 		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
 		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
 		 WHERE k.name = u.name AND k.xo = u.owner
-		RETURNING u.i::integer AS i, k.xe > clock_timestamp() AS held
+		RETURNING u.i::integer AS i,
+		          k.xe > clock_timestamp()
+		          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
 	LOOP
 		v_done := v_done || r.i;
 		o_i := r.i; o_held := r.held;
@@ -635,7 +739,8 @@ BEGIN
 		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
 		 WHERE NOT (u.i::integer = ANY (coalesce(v_done, '{}')))
 		   AND EXISTS (SELECT 1 FROM {HOLDS} e
-		                WHERE e.name = u.name AND e.owner = u.owner AND e.expires > clock_timestamp())
+		                WHERE e.name = u.name AND e.owner = u.owner
+		                  AND (e.expires > clock_timestamp() OR e.sid IS NOT NULL))
 		 ORDER BY u.name COLLATE "C", u.i
 	LOOP
 		PERFORM {TAKE}(r.name, 0);
@@ -671,18 +776,28 @@ DECLARE
 	v_now timestamptz;
 BEGIN
 	PERFORM set_config('synchronous_commit', 'off', true); -- only expired entries go
-	FOR r IN SELECT k.name FROM {COUNTERS} k WHERE k.xo IS NOT NULL AND k.xe <= clock_timestamp() ORDER BY k.name LOOP
+	-- (The loops pass over holds that their session keeps; the name's
+	-- row lock and alive, or take, judge again.)
+	FOR r IN SELECT k.name FROM {COUNTERS} k
+	          WHERE k.xo IS NOT NULL AND k.xe <= clock_timestamp()
+	            AND NOT EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp())
+	          ORDER BY k.name LOOP
 		v_now := clock_timestamp();
 		RETURN QUERY
 			WITH d AS (
 				SELECT k.name, k.xo, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe FROM {COUNTERS} k
-				 WHERE k.name = r.name AND k.xo IS NOT NULL AND k.xe <= v_now FOR UPDATE
+				 WHERE k.name = r.name AND k.xo IS NOT NULL AND k.xe <= v_now
+				   AND CASE WHEN k.xs IS NULL THEN true ELSE coalesce({ALIVE}(k.xs) <= v_now, true) END
+				   FOR UPDATE
 			), u AS (
 				UPDATE {COUNTERS} k SET xo = NULL, xm = NULL FROM d WHERE k.name = d.name
 			)
 			SELECT d.name, d.xo, 1::smallint, 0, d.xt, d.xh, d.xm, d.xttl, d.xc, d.xr, d.xe, v_now FROM d;
 	END LOOP;
-	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e WHERE e.expires <= clock_timestamp() ORDER BY e.name LOOP
+	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e
+	          WHERE e.expires <= clock_timestamp()
+	            AND NOT EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = e.sid AND s.expires > clock_timestamp())
+	          ORDER BY e.name LOOP
 		PERFORM {TAKE}(r.name, 0);
 		v_now := clock_timestamp();
 		RETURN QUERY
@@ -719,7 +834,10 @@ BEGIN
 		RETURN -1; -- another one just ran
 	END IF;
 	-- Entries that expired a while ago: their names would stay busy.
-	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e WHERE e.expires <= clock_timestamp() - v_every ORDER BY e.name LOOP
+	FOR r IN SELECT DISTINCT e.name FROM {HOLDS} e
+	          WHERE e.expires <= clock_timestamp() - v_every
+	            AND NOT EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = e.sid AND s.expires > clock_timestamp())
+	          ORDER BY e.name LOOP
 		PERFORM {TAKE}(r.name, 0);
 		DELETE FROM {HOLDS} e WHERE e.name = r.name AND e.expires <= clock_timestamp();
 		PERFORM {WAKE}(r.name, true);
@@ -727,14 +845,19 @@ BEGIN
 	END LOOP;
 	SELECT e.o_epoch INTO v_epoch FROM {NEWEPOCH}(false) e;
 	DELETE FROM {COUNTERS} k
-	 WHERE k.epoch < v_epoch AND NOT k.busy AND (k.xo IS NULL OR k.xe <= clock_timestamp());
+	 WHERE k.epoch < v_epoch AND NOT k.busy
+	   AND CASE WHEN k.xo IS NULL THEN true
+	            WHEN k.xe > clock_timestamp() THEN false
+	            WHEN k.xs IS NULL THEN true
+	            ELSE coalesce({ALIVE}(k.xs) <= clock_timestamp(), true) END;
 	GET DIAGNOSTICS v_n = ROW_COUNT;
 	RETURN v_n;
 END $$;
 
 -- list returns the holds and queue entries matching a name (or ''), a
 -- prefix (or '') and an owner (or ''), expired ones included, with the
--- store's time.
+-- store's time. A hold in a session expires at the later of its own
+-- expiry and its session's.
 CREATE OR REPLACE FUNCTION {LIST}(p_name text, p_prefix text, p_owner text)
 RETURNS TABLE (o_name text, o_owner text, o_queued boolean, o_mode smallint, o_lim integer,
                o_token bigint, o_host text, o_meta jsonb, o_ttl bigint, o_created timestamptz,
@@ -745,39 +868,47 @@ DECLARE
 BEGIN
 	IF p_name <> '' THEN
 		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
-		                    e.created, e.renewed, e.expires, v_now
+		                    e.created, e.renewed,
+		                    greatest(e.expires, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = e.sid)), v_now
 		  FROM {HOLDS} e
 		 WHERE e.name = p_name AND starts_with(e.name, p_prefix) AND (p_owner = '' OR e.owner = p_owner)
 		UNION ALL
-		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr,
+		       greatest(k.xe, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = k.xs)), v_now
 		  FROM {COUNTERS} k
 		 WHERE k.name = p_name AND k.xo IS NOT NULL AND starts_with(k.name, p_prefix) AND (p_owner = '' OR k.xo = p_owner);
 	ELSIF p_owner <> '' THEN
 		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
-		                    e.created, e.renewed, e.expires, v_now
+		                    e.created, e.renewed,
+		                    greatest(e.expires, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = e.sid)), v_now
 		  FROM {HOLDS} e
 		 WHERE e.owner = p_owner AND starts_with(e.name, p_prefix)
 		UNION ALL
-		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr,
+		       greatest(k.xe, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = k.xs)), v_now
 		  FROM {COUNTERS} k
 		 WHERE k.xo = p_owner AND starts_with(k.name, p_prefix);
 	ELSIF p_prefix <> '' THEN
 		-- The range lets the primary key's index (COLLATE "C": byte order) find the prefix.
 		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
-		                    e.created, e.renewed, e.expires, v_now
+		                    e.created, e.renewed,
+		                    greatest(e.expires, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = e.sid)), v_now
 		  FROM {HOLDS} e
 		 WHERE e.name >= p_prefix AND e.name < p_prefix || chr(1114111) AND starts_with(e.name, p_prefix)
 		UNION ALL
-		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr,
+		       greatest(k.xe, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = k.xs)), v_now
 		  FROM {COUNTERS} k
 		 WHERE k.name >= p_prefix AND k.name < p_prefix || chr(1114111) AND starts_with(k.name, p_prefix)
 		   AND k.xo IS NOT NULL;
 	ELSE
 		RETURN QUERY SELECT e.name, e.owner, e.queued, e.mode, e.lim, e.token, e.host, e.meta, e.ttl_ns,
-		                    e.created, e.renewed, e.expires, v_now
+		                    e.created, e.renewed,
+		                    greatest(e.expires, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = e.sid)), v_now
 		  FROM {HOLDS} e
 		UNION ALL
-		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr, k.xe, v_now
+		SELECT k.name, k.xo, false, 1::smallint, 0, k.xt, k.xh, k.xm, k.xttl, k.xc, k.xr,
+		       greatest(k.xe, (SELECT s.expires FROM {SESSIONS} s WHERE s.id = k.xs)), v_now
 		  FROM {COUNTERS} k WHERE k.xo IS NOT NULL;
 	END IF;
 END $$;
@@ -793,7 +924,10 @@ DECLARE
 	v_ok boolean;
 BEGIN
 	UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
-	 WHERE k.name = p_name AND k.xo = p_owner AND k.xt = p_token AND k.xe > clock_timestamp();
+	 WHERE k.name = p_name AND k.xo = p_owner AND k.xt = p_token
+	   AND CASE WHEN k.xe > clock_timestamp() THEN true
+	            WHEN k.xs IS NULL THEN false
+	            ELSE coalesce({ALIVE}(k.xs) > clock_timestamp(), false) END;
 	IF FOUND THEN
 		RETURN true;
 	END IF;

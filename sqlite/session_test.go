@@ -103,16 +103,17 @@ func waitSession(t *testing.T, ctx context.Context, st driver.Store, ttl time.Du
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A hold extended keeps its binding: take it anew each time.
+		if _, err := st.Release(ctx, []driver.Key{{Name: req.Name, Owner: req.Owner}}); err != nil {
+			t.Fatal(err)
+		}
 		if g.Session != nil {
-			break
+			return
 		}
 		if i == 100 {
 			t.Fatal("no session after 100 grants")
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := st.Release(ctx, []driver.Key{{Name: req.Name, Owner: req.Owner}}); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -342,5 +343,34 @@ func TestSessionRecordsRefusedByEarlierVersions(t *testing.T) {
 	}
 	if err := oldRead("old"); err != nil {
 		t.Errorf("an earlier version cannot read the record once its holder left: %v", err)
+	}
+}
+
+// TestSessionExtendedKeepsBinding checks that a hold extended (its owner
+// asked again) keeps the session it was bound to, the one its lease
+// knows: a grant says it is in the Store's session only if it is.
+func TestSessionExtendedKeepsBinding(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	st := open(t, filepath.Join(t.TempDir(), "locks.db"), nil)
+	ttl := time.Minute
+	waitSession(t, ctx, st, ttl)
+	plain := &driver.Request{Name: "ext/plain", Owner: "o", Mode: driver.Exclusive, TTL: ttl}
+	if g, err := st.Acquire(ctx, plain); err != nil || g.Session != nil {
+		t.Fatalf("Acquire without KeepAlive: %+v, %v; want a grant in no session", g, err)
+	}
+	again := *plain
+	again.KeepAlive = true
+	g, err := st.Acquire(ctx, &again)
+	if err != nil || !g.Extended {
+		t.Fatalf("Acquire again: %+v, %v; want it extended", g, err)
+	}
+	if g.Session != nil {
+		t.Error("a hold taken in no session is in one once extended: its lease would not renew it")
+	}
+	bound := &driver.Request{Name: "ext/bound", Owner: "o", Mode: driver.Exclusive, TTL: ttl, KeepAlive: true}
+	for _, r := range []*driver.Request{bound, bound} {
+		if g, err := st.Acquire(ctx, r); err != nil || g.Session == nil {
+			t.Fatalf("Acquire with KeepAlive: %+v, %v; want a grant in the session", g, err)
+		}
 	}
 }

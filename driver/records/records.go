@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/driver/lockstate"
+	"github.com/baton-go/baton/driver/sessions"
 )
 
 // Records is what a store implements.
@@ -95,7 +96,7 @@ type Store struct {
 	followed  map[string]*follow
 	nfollowed atomic.Int32 // len(followed), read without s.mu
 
-	ss sessions // for Records that implement Sessions
+	ss *sessions.Keeper // for Records that implement Sessions, else nil
 }
 
 type follow struct {
@@ -122,7 +123,11 @@ func New(r Records, o *Options) *Store {
 	if opts.Wall == nil {
 		opts.Wall = func(t time.Time) time.Time { return t }
 	}
-	return &Store{r: r, poll: opts.Poll, wall: opts.Wall, local: opts.Local, readFirst: opts.ReadFirst, names: map[string]*gen{}}
+	s := &Store{r: r, poll: opts.Poll, wall: opts.Wall, local: opts.Local, readFirst: opts.ReadFirst, names: map[string]*gen{}}
+	if ks, ok := r.(Sessions); ok {
+		s.ss = sessions.New(ks)
+	}
+	return s
 }
 
 // Records returns the store the Store is over.
@@ -302,6 +307,16 @@ func (w *holderWatch) Close() error {
 	return nil
 }
 
+// sessionOf returns the session owner's hold in st is bound to.
+func sessionOf(st *lockstate.State, owner string) string {
+	for _, e := range st.Holders {
+		if e.Owner == owner {
+			return e.Session
+		}
+	}
+	return ""
+}
+
 func (s *Store) grant(st *lockstate.State, owner string) *driver.Grant {
 	for _, e := range st.Holders {
 		if e.Owner == owner {
@@ -318,19 +333,25 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 			return nil, errors.Join(err, busyErr(busy))
 		}
 	}
-	var x *session
-	if req.KeepAlive {
-		x = s.session(req.TTL, false)
+	var x *sessions.Session
+	if req.KeepAlive && s.ss != nil {
+		x = s.ss.Session(req.TTL, false)
 	}
-	var extended bool
+	var extended, bound bool
 	var aerr error
 	sts, err := s.update(ctx, []string{req.Name}, func(_ int, st *lockstate.State, now time.Time) {
 		var g *driver.Grant
 		g, aerr = st.Acquire(req, now)
 		extended = g != nil && g.Extended
-		if g != nil && x != nil {
-			st.Bind(req.Owner, x.id)
+		if g == nil || x == nil {
+			return
 		}
+		// A new hold is bound to the session; a hold extended keeps the
+		// binding it has, which is the one its lease knows of.
+		if !extended {
+			st.Bind(req.Owner, x.ID())
+		}
+		bound = sessionOf(st, req.Owner) == x.ID()
 	})
 	if err != nil {
 		return nil, err
@@ -338,15 +359,15 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if aerr != nil {
 		return nil, aerr
 	}
-	if req.KeepAlive && x == nil {
-		s.session(req.TTL, true)
+	if req.KeepAlive && x == nil && s.ss != nil {
+		s.ss.Session(req.TTL, true)
 	}
 	g := s.grant(sts[0], req.Owner)
 	if g == nil {
 		return nil, errors.New("records: granted hold missing from the state written")
 	}
 	g.Extended = extended
-	if x != nil {
+	if bound {
 		g.Session = x
 	}
 	return g, nil
@@ -494,7 +515,9 @@ func (s *Store) Purge(ctx context.Context) ([]driver.Holder, error) {
 
 // Close ends the Store's sessions, then closes the records.
 func (s *Store) Close() error {
-	s.closeSessions()
+	if s.ss != nil {
+		s.ss.Close()
+	}
 	return s.r.Close()
 }
 
