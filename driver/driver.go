@@ -27,8 +27,8 @@
 // Grant.Session and keep that session alive themselves. So may a store
 // whose holds have a TTL: it binds the holds that the client would renew
 // one by one (Request.KeepAlive) to a session of its own, renewed once for
-// all of them (package records does, for stores that implement
-// records.Sessions).
+// all of them (package sessions keeps such sessions; package records uses
+// it for stores that implement records.Sessions).
 //
 // A store that can wake waiters (LISTEN/NOTIFY, pub/sub, watches) also
 // implements [Waiter]; baton otherwise polls with jittered exponential

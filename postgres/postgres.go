@@ -28,10 +28,10 @@
 //
 // With Options.Table T (baton_locks by default), in Options.Schema or else
 // the connection's current schema, the store uses the tables T (a row per
-// lock name in use), T_holds, T_epochs and the unlogged T_incarnation, and
-// the PL/pgSQL functions T_acquire, T_renew, T_release, T_purge, T_list,
-// T_bind and T_reclaim with their helpers: each call of a Store is one
-// statement, one round trip, one transaction. [DDL] returns the script.
+// lock name in use), T_holds, T_epochs, the unlogged T_incarnation and
+// T_sessions, and the PL/pgSQL functions T_acquire, T_renew, T_release,
+// T_purge, T_list, T_bind, T_reclaim and T_session with their helpers:
+// each call of a Store is one statement, one round trip, one transaction. [DDL] returns the script.
 // Unless Options.NoCreate is set, the store runs it on first use when the
 // table is missing or was made by another version of this package; its
 // role then needs to create tables and functions in the schema. With
@@ -63,6 +63,15 @@
 // epoch (use synchronous replication), a pg_dump of a live table restored
 // elsewhere (dump with --no-unlogged-table-data). Why:
 // docs/stores/postgres.md#durability.
+//
+// Sessions: the holds a client keeps alive while it holds others live in
+// the Store's session, a row of T_sessions renewed every third of the TTL
+// in place of every hold, and each lives until the later of its own expiry
+// and its session's. A crash forgets the sessions, and the grace period
+// covers them as it covers the leases; sessions are kept only for leases
+// the grace period covers (not with Options.Durable). Processes of
+// versions from before sessions cannot open a table this version upgraded.
+// See docs/stores/postgres.md#sessions.
 //
 // Hand-off: the call that lets a queued request in grants it in the
 // server, in FIFO order, and tells its owner with LISTEN/NOTIFY

@@ -636,8 +636,9 @@ LANGUAGE sql AS $$
 $$;
 
 -- renew extends the live holds among (p_names[i], p_owners[i]) by
--- p_ttls[i] nanoseconds and returns one row per hold renewed. Holds that
--- are not live are skipped without locking their name.
+-- p_ttls[i] nanoseconds and returns one row per hold renewed (a hold in a
+-- session keeps it). Holds that are not live are skipped without locking
+-- their name.
 CREATE OR REPLACE FUNCTION {RENEW}(p_names text[], p_owners text[], p_ttls bigint[], p_durable bigint)
 RETURNS TABLE (o_i integer, o_token bigint, o_created timestamptz, o_renewed timestamptz, o_expires timestamptz)
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
@@ -658,7 +659,10 @@ BEGIN
 		  FROM (SELECT * FROM unnest(p_names, p_owners, p_ttls) WITH ORDINALITY AS v(name, owner, ttl, i)
 		         ORDER BY v.name COLLATE "C", v.i) u,
 		       (SELECT clock_timestamp() AS now) t
-		 WHERE k.name = u.name AND k.xo = u.owner AND k.xe > clock_timestamp()
+		 WHERE k.name = u.name AND k.xo = u.owner
+		   AND CASE WHEN k.xe > clock_timestamp() THEN true
+		            WHEN k.xs IS NULL THEN false
+		            ELSE coalesce({ALIVE}(k.xs) > clock_timestamp(), false) END
 		RETURNING u.i::integer AS i, k.xt, k.xc, k.xr, k.xe
 	LOOP
 		v_done := v_done || r.i;
@@ -674,7 +678,7 @@ BEGIN
 		 WHERE NOT (u.i::integer = ANY (coalesce(v_done, '{}')))
 		   AND EXISTS (SELECT 1 FROM {HOLDS} e
 		                WHERE e.name = u.name AND e.owner = u.owner
-		                  AND NOT e.queued AND e.expires > clock_timestamp())
+		                  AND NOT e.queued AND (e.expires > clock_timestamp() OR e.sid IS NOT NULL))
 		 ORDER BY u.name COLLATE "C", u.i
 	LOOP
 		PERFORM {TAKE}(r.name, 0);

@@ -142,7 +142,8 @@ func TestSessionKeepsHolds(t *testing.T) {
 			}
 		}
 		for _, l := range quiet {
-			if err := l.Release(ctx); err != nil {
+			// Strict: the store must find the hold its session kept.
+			if err := l.ReleaseStrict(ctx); err != nil {
 				t.Errorf("Release %s: %v", l.Name(), err)
 			}
 			lb := mustTryLock(t, ctx, b, l.Name(), nil)
@@ -152,7 +153,7 @@ func TestSessionKeepsHolds(t *testing.T) {
 			if _, err := b.TryLock(ctx, l.Name(), nil); !errors.Is(err, baton.ErrLocked) {
 				t.Errorf("after Purge and Reclaim, another client's TryLock of %s: %v, want ErrLocked", l.Name(), err)
 			}
-			if err := l.Release(ctx); err != nil {
+			if err := l.ReleaseStrict(ctx); err != nil {
 				t.Errorf("Release %s: %v", l.Name(), err)
 			}
 			lb := mustTryLock(t, ctx, b, l.Name(), nil)
