@@ -48,7 +48,7 @@ func TestSessionModel(t *testing.T) {
 			model[n], tokens[n] = &lockstate.State{}, map[uint64]uint64{}
 		}
 		sessions := map[string]time.Time{} // the sessions' rows: id → expiry
-		ttls := map[string]time.Duration{}  // a session's TTL, the same at every renewal (as the Store's)
+		ttls := map[string]time.Duration{} // a session's TTL, the same at every renewal (as the Store's)
 		var made []string
 		live := func(sid string) (time.Time, bool) {
 			e, ok := sessions[sid]

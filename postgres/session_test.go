@@ -3,9 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,42 +14,50 @@ import (
 	"github.com/baton-go/baton/postgres"
 )
 
-// renewCounter counts the holds a client renews one by one.
-type renewCounter struct {
-	*postgres.Store
-	holds atomic.Int64
+// TestSessions runs drivertest's checks of a store's sessions.
+func TestSessions(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		tb := freshTable(t)
+		drivertest.Sessions(t, drivertest.SessionsConfig{
+			Open: func(t testing.TB) driver.Store { return postgres.Faulty{Store: open(t, tb)} },
+			Count: func(t testing.TB) (n int) {
+				if err := pool(t).QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{tb + "_sessions"}.Sanitize()).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			},
+			Slow: 1.5,
+		})
+	})
 }
 
-func (r *renewCounter) Renew(ctx context.Context, hs []driver.Hold) ([]*driver.Grant, error) {
-	for _, h := range hs {
-		if strings.HasPrefix(h.Name, "s/") {
-			r.holds.Add(1)
-		}
-	}
-	return r.Store.Renew(ctx, hs)
-}
-
-// waitSession waits until st binds holds of ttl to a session.
-func waitSession(t *testing.T, ctx context.Context, st driver.Store, ttl time.Duration) {
-	t.Helper()
-	req := &driver.Request{Name: "probe/" + baton.NewOwner(), Owner: baton.NewOwner(), Mode: driver.Exclusive, TTL: ttl, KeepAlive: true}
-	for i := 0; ; i++ {
-		g, err := st.Acquire(ctx, req)
-		if err != nil {
+// TestSessionReclaim checks that the reclaim of idle names leaves the
+// names whose holds only their session keeps, in their row or among their
+// entries.
+func TestSessionReclaim(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		ttl := 500 * time.Millisecond
+		st := open(t, tb)
+		a := client(t, st, &baton.Options{TTL: ttl})
+		drivertest.WaitSession(t, ctx, st, ttl)
+		mustTryLock(t, ctx, a, "first", nil)
+		ls := []*baton.Lease{mustTryLock(t, ctx, a, "r/x", nil), mustTryLock(t, ctx, a, "r/s", &baton.LockOptions{Shared: true})}
+		time.Sleep(2 * ttl) // past their own TTL
+		if _, err := postgres.Reclaim(ctx, open(t, tb), 0); err != nil {
 			t.Fatal(err)
 		}
-		// A hold extended keeps its binding: take it anew each time.
-		if _, err := st.Release(ctx, []driver.Key{{Name: req.Name, Owner: req.Owner}}); err != nil {
-			t.Fatal(err)
+		b := client(t, open(t, tb), nil)
+		for _, l := range ls {
+			if _, err := b.TryLock(ctx, l.Name(), nil); !errors.Is(err, baton.ErrLocked) {
+				t.Errorf("after a reclaim, another client's TryLock of %s: %v, want ErrLocked", l.Name(), err)
+			}
+			if err := l.ReleaseStrict(ctx); err != nil {
+				t.Errorf("Release %s after a reclaim: %v", l.Name(), err)
+			}
 		}
-		if g.Session != nil {
-			return
-		}
-		if i == 100 {
-			t.Fatal("no session after 100 grants")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 }
 
 func mustTryLock(t *testing.T, ctx context.Context, c *baton.Client, name string, o *baton.LockOptions) *baton.Lease {
@@ -62,158 +67,6 @@ func mustTryLock(t *testing.T, ctx context.Context, c *baton.Client, name string
 		t.Fatalf("TryLock %s: %v", name, err)
 	}
 	return l
-}
-
-// TestSessionKeepsHolds checks that the holds a client keeps alive live in
-// the Store's session: over three TTLs the client renews none of them,
-// and they stay held, for their holder and in the store, whether the name
-// keeps its hold in its row (exclusive) or among its entries (shared, or
-// once another client asked for it); Status shows them with their
-// session's expiry, Purge and the reclaim of idle names leave them;
-// released, they are free at once.
-func TestSessionKeepsHolds(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 60*time.Second)
-		tb := freshTable(t)
-		ttl := 500 * time.Millisecond
-		st := open(t, tb)
-		rc := &renewCounter{Store: st}
-		a := client(t, rc, &baton.Options{TTL: ttl})
-		other := open(t, tb)
-		b := client(t, other, nil)
-		waitSession(t, ctx, st, ttl)
-		mustTryLock(t, ctx, a, "first", nil) // the client offers the next ones to the session
-		// Names another client asks for all along, and names nobody asks
-		// for until the end.
-		var asked, quiet []*baton.Lease
-		for i := range 10 {
-			o := &baton.LockOptions{Shared: i%4 == 3}
-			asked = append(asked, mustTryLock(t, ctx, a, fmt.Sprintf("s/asked/%d", i), o))
-			quiet = append(quiet, mustTryLock(t, ctx, a, fmt.Sprintf("s/quiet/%d", i), o))
-		}
-		all := append(append([]*baton.Lease(nil), asked...), quiet...)
-		for range 3 {
-			time.Sleep(ttl)
-			for i, l := range asked {
-				if _, err := b.TryLock(ctx, l.Name(), nil); !errors.Is(err, baton.ErrLocked) {
-					t.Errorf("another client's TryLock of %s: %v, want ErrLocked", l.Name(), err)
-				}
-				if i%5 == 0 {
-					// A request that queues moves the name's hold among its
-					// entries, and leaves one there.
-					wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-					if _, err := b.Lock(wctx, l.Name(), nil); err == nil {
-						t.Errorf("another client's Lock of %s granted", l.Name())
-					}
-					cancel()
-				}
-			}
-		}
-		status := func(when string) {
-			t.Helper()
-			hs, err := b.Status(ctx, &baton.Filter{Prefix: "s/"})
-			if err != nil || len(hs) != 20 {
-				t.Fatalf("Status %s: %d holders, %v; want 20", when, len(hs), err)
-			}
-			for _, h := range hs {
-				if h.Left <= ttl/2 {
-					t.Errorf("Status %s: %s listed with %v left; want the session's expiry", when, h.Name, h.Left)
-				}
-			}
-		}
-		status("")
-		if _, err := b.Purge(ctx); err != nil {
-			t.Fatal(err)
-		}
-		status("after Purge")
-		if _, err := postgres.Reclaim(ctx, other, 0); err != nil {
-			t.Fatal(err)
-		}
-		status("after Reclaim")
-		if n := rc.holds.Load(); n != 0 {
-			t.Errorf("the client renewed %d holds one by one; want none (the session keeps them)", n)
-		}
-		for _, l := range all {
-			if err := l.Err(); err != nil {
-				t.Errorf("lease %s: %v", l.Name(), err)
-			}
-			if d := time.Until(l.Deadline()); d < ttl/2 {
-				t.Errorf("lease %s: %v left of its TTL %v", l.Name(), d, ttl)
-			}
-		}
-		for _, l := range quiet {
-			// Strict: the store must find the hold its session kept.
-			if err := l.ReleaseStrict(ctx); err != nil {
-				t.Errorf("Release %s: %v", l.Name(), err)
-			}
-			lb := mustTryLock(t, ctx, b, l.Name(), nil)
-			lb.Release(ctx)
-		}
-		for _, l := range asked {
-			if _, err := b.TryLock(ctx, l.Name(), nil); !errors.Is(err, baton.ErrLocked) {
-				t.Errorf("after Purge and Reclaim, another client's TryLock of %s: %v, want ErrLocked", l.Name(), err)
-			}
-			if err := l.ReleaseStrict(ctx); err != nil {
-				t.Errorf("Release %s: %v", l.Name(), err)
-			}
-			lb := mustTryLock(t, ctx, b, l.Name(), nil)
-			lb.Release(ctx)
-		}
-	})
-}
-
-// TestSessionLost checks that a session the Store cannot renew ends its
-// leases, that the store lets their names go only after their deadline,
-// and that the session is never renewed again: the leases stay lost, and
-// new ones live in a new session.
-func TestSessionLost(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 60*time.Second)
-		tb := freshTable(t)
-		ttl := 500 * time.Millisecond
-		st := open(t, tb)
-		a := client(t, st, &baton.Options{TTL: ttl})
-		b := client(t, open(t, tb), nil)
-		waitSession(t, ctx, st, ttl)
-		mustTryLock(t, ctx, a, "lost/first", nil)
-		la := mustTryLock(t, ctx, a, "lost/a", nil)
-		lb := mustTryLock(t, ctx, a, "lost/b", &baton.LockOptions{Shared: true})
-		postgres.Faulty{Store: st}.SetPartitioned(true)
-		for _, l := range []*baton.Lease{la, lb} {
-			select {
-			case <-l.Done():
-			case <-time.After(3 * ttl):
-				t.Fatalf("%s: Done not closed though its session went unrenewed for its TTL", l.Name())
-			}
-			if !errors.Is(l.Err(), baton.ErrLeaseLost) {
-				t.Errorf("%s: Err = %v, want ErrLeaseLost", l.Name(), l.Err())
-			}
-		}
-		for _, l := range []*baton.Lease{la, lb} {
-			deadline := l.Deadline()
-			lock, err := b.Lock(ctx, l.Name(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if time.Now().Before(deadline) {
-				t.Errorf("%s taken over before the lost lease's deadline", l.Name())
-			}
-			lock.Release(ctx)
-		}
-		postgres.Faulty{Store: st}.SetPartitioned(false)
-		time.Sleep(ttl)
-		if la.Err() == nil || lb.Err() == nil {
-			t.Error("a lost lease came back")
-		}
-		l2 := mustTryLock(t, ctx, a, "lost/c", nil)
-		time.Sleep(2 * ttl)
-		if err := l2.Err(); err != nil {
-			t.Errorf("a lease in the new session: %v", err)
-		}
-		if _, err := b.TryLock(ctx, "lost/c", nil); !errors.Is(err, baton.ErrLocked) {
-			t.Errorf("another client's TryLock of a lease kept by the new session: %v", err)
-		}
-	})
 }
 
 // TestSessionNotRevived checks that a session that expired is never
@@ -242,76 +95,6 @@ func TestSessionNotRevived(t *testing.T) {
 	})
 }
 
-// TestSessionEndsOnClose checks that Close deletes the Store's session:
-// holds it could not release live only their own TTL.
-func TestSessionEndsOnClose(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 30*time.Second)
-		tb := freshTable(t)
-		a := open(t, tb)
-		waitSession(t, ctx, a, time.Minute)
-		g, err := a.Acquire(ctx, &driver.Request{Name: "close", Owner: "o", Mode: driver.Exclusive, TTL: time.Minute, KeepAlive: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g.Session == nil {
-			t.Fatal("a KeepAlive hold is in no session")
-		}
-		count := func() (n int) {
-			if err := pool(t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tb + "_sessions"}.Sanitize()).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-		if n := count(); n != 1 {
-			t.Fatalf("%d sessions while a hold is bound to one, want 1", n)
-		}
-		a.Close()
-		select {
-		case <-g.Session.Done():
-		default:
-			t.Error("Close did not end the session")
-		}
-		if d := g.Session.(driver.SessionDeadline).Deadline(); d.After(time.Now()) {
-			t.Errorf("the session's deadline after Close is %v ahead, though its row is gone", time.Until(d))
-		}
-		if n := count(); n != 0 {
-			t.Errorf("%d sessions after Close, want 0", n)
-		}
-	})
-}
-
-// TestSessionExtendedKeepsBinding checks that a hold extended (its owner
-// asked again) keeps the session it was bound to, the one its lease
-// knows: a grant says it is in the Store's session only if it is.
-func TestSessionExtendedKeepsBinding(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 30*time.Second)
-		st := open(t, freshTable(t))
-		ttl := time.Minute
-		waitSession(t, ctx, st, ttl)
-		plain := &driver.Request{Name: "ext/plain", Owner: "o", Mode: driver.Exclusive, TTL: ttl}
-		if g, err := st.Acquire(ctx, plain); err != nil || g.Session != nil {
-			t.Fatalf("Acquire without KeepAlive: %+v, %v; want a grant in no session", g, err)
-		}
-		again := *plain
-		again.KeepAlive = true
-		g, err := st.Acquire(ctx, &again)
-		if err != nil || !g.Extended {
-			t.Fatalf("Acquire again: %+v, %v; want it extended", g, err)
-		}
-		if g.Session != nil {
-			t.Error("a hold taken in no session is in one once extended: its lease would not renew it")
-		}
-		bound := &driver.Request{Name: "ext/bound", Owner: "o", Mode: driver.Exclusive, TTL: ttl, KeepAlive: true}
-		for _, r := range []*driver.Request{bound, bound} {
-			if g, err := st.Acquire(ctx, r); err != nil || g.Session == nil {
-				t.Fatalf("Acquire with KeepAlive: %+v, %v; want a grant in the session", g, err)
-			}
-		}
-	})
-}
-
 // TestSessionCrash crashes the server (an immediate stop) while a client
 // holds leases that only its session keeps (past their own TTL): the
 // crash forgets the session, the holder is told when renewing it, and no
@@ -324,7 +107,7 @@ func TestSessionCrash(t *testing.T) {
 		ttl := 2 * time.Second
 		st := open(t, tb)
 		a := client(t, st, &baton.Options{TTL: ttl})
-		waitSession(t, ctx, st, ttl)
+		drivertest.WaitSession(t, ctx, st, ttl)
 		mustTryLock(t, ctx, a, "crash/first", nil)
 		la := mustTryLock(t, ctx, a, "crash/held", nil)
 		ls := mustTryLock(t, ctx, a, "crash/shared", &baton.LockOptions{Shared: true})
