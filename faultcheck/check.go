@@ -31,6 +31,7 @@ type Result struct {
 	Deaths       int
 	Regrants     int
 	WorstRegrant time.Duration
+	WorstWhat    string // the worst re-grant's lock, death, next call and grant, and its own bound
 	Bound        time.Duration
 	Violations   []string
 	Errors       []error // the harness itself failed (a worker crashed…)
@@ -77,7 +78,7 @@ func (r *recorder) check(log []fenced.Write, cfg Config, start, stop int64) *Res
 	for _, ops := range byName {
 		r.checkOverlaps(ops, v)
 	}
-	r.checkRegrants(byName, cfg, res)
+	r.checkRegrants(byName, cfg, start, res)
 	return res
 }
 
@@ -215,7 +216,7 @@ func kind(op *Op) string {
 
 // checkRegrants measures, for every exclusive holder killed while holding,
 // the time until its lock was next granted, and holds it to the bound.
-func (r *recorder) checkRegrants(byName map[string][]*Op, cfg Config, res *Result) {
+func (r *recorder) checkRegrants(byName map[string][]*Op, cfg Config, start int64, res *Result) {
 	for _, d := range r.deaths {
 		res.Deaths++
 		var next *Op
@@ -237,6 +238,8 @@ func (r *recorder) checkRegrants(byName map[string][]*Op, cfg Config, res *Resul
 		}
 		if wait > res.WorstRegrant {
 			res.WorstRegrant = wait
+			res.WorstWhat = fmt.Sprintf("%q: its holder (process %d) killed %s into the run, the next holder's Lock called at %s, granted at %s; bound %s",
+				d.op.Name, d.op.Proc, ms(d.at-start), ms(next.Call-start), ms(next.Grant-start), bound)
 		}
 		if wait > bound {
 			res.Violations = append(res.Violations, fmt.Sprintf("re-grant: %q, whose holder (process %d, token %d) was killed at %s, was granted again only after %s (bound %s)",

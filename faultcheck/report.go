@@ -75,7 +75,11 @@ func (r *Result) Markdown(command string) string {
 	row("faults injected", fmt.Sprintf("%d (%s)", r.FaultCount(), r.faultList()))
 	row("exclusive holders killed while holding", r.Deaths)
 	row("re-grants measured after a holder's death", r.Regrants)
-	row("worst time to re-grant", r.WorstRegrant.Round(time.Millisecond))
+	if r.WorstWhat != "" {
+		row("worst time to re-grant", fmt.Sprintf("%v (%s)", r.WorstRegrant.Round(time.Millisecond), r.WorstWhat))
+	} else {
+		row("worst time to re-grant", r.WorstRegrant.Round(time.Millisecond))
+	}
 	row("bound (2×TTL + 10×MaxPoll + 3s; + downtime + TTL across a restart)", r.Bound)
 	if r.KnownRaces > 0 {
 		row("workers whose race detector found only a known race inside the driver", r.KnownRaces)
