@@ -31,7 +31,9 @@ type Result struct {
 	Deaths       int
 	Regrants     int
 	WorstRegrant time.Duration
-	WorstWhat    string // the worst re-grant's lock, death, next call and grant, and its own bound
+	WorstWhat    string        // the worst re-grant's lock, death, next call and grant, and its own bound
+	RegrantP50   time.Duration // the median re-grant
+	RegrantP90   time.Duration
 	Bound        time.Duration
 	Violations   []string
 	Errors       []error // the harness itself failed (a worker crashed…)
@@ -217,6 +219,13 @@ func kind(op *Op) string {
 // checkRegrants measures, for every exclusive holder killed while holding,
 // the time until its lock was next granted, and holds it to the bound.
 func (r *recorder) checkRegrants(byName map[string][]*Op, cfg Config, start int64, res *Result) {
+	var waits []time.Duration
+	defer func() {
+		if len(waits) > 0 {
+			slices.Sort(waits)
+			res.RegrantP50, res.RegrantP90 = waits[len(waits)/2], waits[len(waits)*9/10]
+		}
+	}()
 	for _, d := range r.deaths {
 		res.Deaths++
 		var next *Op
@@ -230,6 +239,7 @@ func (r *recorder) checkRegrants(byName map[string][]*Op, cfg Config, start int6
 		}
 		res.Regrants++
 		wait := time.Duration(next.Grant - max(d.at, next.Call))
+		waits = append(waits, wait)
 		bound := res.Bound
 		for _, rs := range r.restarts {
 			if rs[0] < next.Grant && rs[1] > d.at-int64(cfg.TTL) {

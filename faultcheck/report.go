@@ -80,6 +80,7 @@ func (r *Result) Markdown(command string) string {
 	} else {
 		row("worst time to re-grant", r.WorstRegrant.Round(time.Millisecond))
 	}
+	row("re-grant, median and 90th percentile", fmt.Sprintf("%v, %v", r.RegrantP50.Round(time.Millisecond), r.RegrantP90.Round(time.Millisecond)))
 	row("bound (2×TTL + 10×MaxPoll + 3s; + downtime + TTL across a restart)", r.Bound)
 	if r.KnownRaces > 0 {
 		row("workers whose race detector found only a known race inside the driver", r.KnownRaces)
