@@ -31,7 +31,8 @@
 // lock name in use), T_holds, T_epochs, the unlogged T_incarnation and
 // T_sessions, and the PL/pgSQL functions T_acquire, T_renew, T_release,
 // T_purge, T_list, T_bind, T_reclaim and T_session with their helpers:
-// each call of a Store is one statement, one round trip, one transaction. [DDL] returns the script.
+// each call of a Store is one statement, one round trip, one transaction.
+// [DDL] returns the script.
 // Unless Options.NoCreate is set, the store runs it on first use when the
 // table is missing or was made by another version of this package; its
 // role then needs to create tables and functions in the schema. With
@@ -159,9 +160,9 @@ var ErrClosed = fmt.Errorf("postgres: %w", driver.ErrClosed)
 // concurrent use.
 //
 // The methods that implement driver.Store (Acquire, Renew, Release, List,
-// Purge, and Watch where the store wakes waiters) are its contract with
-// baton's Client, not an application API: use the store through
-// baton.New.
+// Purge, and Watch where the store wakes waiters) and sessions.Store
+// (KeepSession, EndSession) are its contract with baton's Client, not an
+// application API: use the store through baton.New.
 type Store struct {
 	pool    *pgxpool.Pool
 	ownPool bool
