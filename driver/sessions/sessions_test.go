@@ -1,0 +1,155 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// fake is a store of sessions in memory, by the local clock.
+type fake struct {
+	mu      sync.Mutex
+	expires map[string]time.Time
+	renews  int
+	ended   []string
+	fail    error // returned by every call while set
+	lose    bool  // renewals find the session gone
+}
+
+func (f *fake) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return false, f.fail
+	}
+	now := time.Now()
+	if f.expires == nil {
+		f.expires = map[string]time.Time{}
+	}
+	if !create {
+		f.renews++
+		if e, ok := f.expires[id]; !ok || !e.After(now) || f.lose {
+			return false, nil
+		}
+	}
+	f.expires[id] = now.Add(ttl)
+	return true, nil
+}
+
+func (f *fake) EndSession(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.expires, id)
+	f.ended = append(f.ended, id)
+	return nil
+}
+
+func (f *fake) set(fn func(f *fake)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// waitSession waits for k's session of ttl.
+func waitSession(t *testing.T, k *Keeper, ttl time.Duration) *Session {
+	t.Helper()
+	if x := k.Session(ttl, true); x != nil {
+		return x
+	}
+	for range 200 {
+		time.Sleep(5 * time.Millisecond)
+		if x := k.Session(ttl, false); x != nil {
+			return x
+		}
+	}
+	t.Fatal("no session made")
+	return nil
+}
+
+func TestKeeper(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := &fake{}
+	k := New(f)
+	ttl := 300 * time.Millisecond
+	if x := k.Session(ttl, false); x != nil {
+		t.Fatal("a session before any grant asked for one")
+	}
+	x := waitSession(t, k, ttl)
+	if k.Session(ttl, false) != x {
+		t.Error("another session of the same TTL")
+	}
+	if y := waitSession(t, k, 2*ttl); y == x {
+		t.Error("one session for two TTLs")
+	}
+	time.Sleep(3 * ttl)
+	f.set(func(f *fake) {
+		if f.renews < 6 || f.renews > 20 {
+			t.Errorf("%d renewals of two sessions in 3 TTLs, want about one every third of each's TTL", f.renews)
+		}
+	})
+	if d := time.Until(x.Deadline()); d < ttl/2 || d > ttl {
+		t.Errorf("a live session's deadline is %v ahead, want within its TTL %v and past half of it", d, ttl)
+	}
+	k.Close()
+	select {
+	case <-x.Done():
+	default:
+		t.Error("Close did not end the session")
+	}
+	if !errors.Is(x.Err(), ErrEnded) || x.Deadline().After(time.Now()) {
+		t.Errorf("after Close: Err %v, deadline %v ahead", x.Err(), time.Until(x.Deadline()))
+	}
+	f.set(func(f *fake) {
+		if len(f.ended) != 2 || len(f.expires) != 0 {
+			t.Errorf("after Close: %d sessions ended, %d left in the store; want 2, 0", len(f.ended), len(f.expires))
+		}
+	})
+	if k.Session(ttl, true) != nil {
+		t.Error("a session after Close")
+	}
+}
+
+// TestKeeperLost: a session the store no longer has ends at once; one the
+// store cannot be reached about ends at its deadline; either way the next
+// grant starts a new one.
+func TestKeeperLost(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ttl := 300 * time.Millisecond
+	for _, c := range []struct {
+		name  string
+		fault func(f *fake)
+	}{
+		{"gone", func(f *fake) { f.lose = true }},
+		{"unreachable", func(f *fake) { f.fail = errors.New("down") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fake{}
+			k := New(f)
+			defer k.Close()
+			x := waitSession(t, k, ttl)
+			f.set(c.fault)
+			select {
+			case <-x.Done():
+			case <-time.After(2 * ttl):
+				t.Fatal("the session did not end")
+			}
+			if !errors.Is(x.Err(), ErrEnded) {
+				t.Errorf("Err %v, want ErrEnded", x.Err())
+			}
+			if c.name == "unreachable" && time.Now().Before(x.Deadline()) {
+				t.Error("ended before its deadline though the store only failed to answer")
+			}
+			if k.Session(ttl, false) != nil {
+				t.Error("an ended session still offered")
+			}
+			f.set(func(f *fake) { f.lose, f.fail = false, nil })
+			if y := waitSession(t, k, ttl); y == x {
+				t.Error("the ended session came back")
+			}
+		})
+	}
+}
