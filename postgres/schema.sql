@@ -197,6 +197,11 @@ DECLARE
 BEGIN
 	IF NOT p_create THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
+		-- The row's lock first, then the clock: a judgment that holds the
+		-- row FOR SHARE (alive) is waited for, and a session that expired
+		-- meanwhile is not renewed. (An UPDATE alone would have judged the
+		-- row live before it waited, and renewed it after.)
+		PERFORM 1 FROM {SESSIONS} s WHERE s.id = p_id FOR NO KEY UPDATE;
 		UPDATE {SESSIONS} s SET expires = clock_timestamp() + v_ttl
 		 WHERE s.id = p_id AND s.expires > clock_timestamp();
 		RETURN FOUND;

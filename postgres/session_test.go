@@ -170,3 +170,44 @@ func TestEarlierScriptFails(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionRenewalWaitsForJudgment checks that a renewal of a session
+// that a judgment reads (FOR SHARE, under a name's lock) waits for that
+// judgment to commit and then renews only a session still live: one that
+// expired meanwhile may have lost its holds to the judgment, and must not
+// come back.
+func TestSessionRenewalWaitsForJudgment(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		st := open(t, tb)
+		ttl := 300 * time.Millisecond
+		if ok, err := st.KeepSession(ctx, "judged", ttl, true); !ok || err != nil {
+			t.Fatalf("create: %v, %v", ok, err)
+		}
+		tx, err := pool(t).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		// A judgment in progress, while the session is live.
+		if _, err := tx.Exec(ctx, "SELECT "+pgx.Identifier{tb + "_alive"}.Sanitize()+"('judged')"); err != nil {
+			t.Fatal(err)
+		}
+		renewed := make(chan bool, 1)
+		go func() {
+			ok, err := st.KeepSession(ctx, "judged", ttl, false)
+			if err != nil {
+				t.Error(err)
+			}
+			renewed <- ok
+		}()
+		time.Sleep(2 * ttl) // the renewal waits; the session expires
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if <-renewed {
+			t.Error("a renewal that waited for a judgment renewed a session that had expired meanwhile")
+		}
+	})
+}

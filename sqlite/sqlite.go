@@ -75,9 +75,10 @@
 // row every third of the TTL, instead of the client renewing every hold:
 // holding many locks costs what holding one does. A hold outlives its TTL
 // only while its session is renewed, so a process that dies or stops lets
-// its names go as before. Processes of versions from before sessions fail on a name whose
-// holder is bound to a session instead of misjudging it: while they share
-// the file, set Options.NoSessions. See docs/stores/sqlite.md#sessions.
+// its names go as before. Processes of versions from before sessions fail
+// on a name whose holder is bound to a session instead of misjudging it:
+// while they share the file, set Options.NoSessions. See
+// docs/stores/sqlite.md#sessions.
 //
 // Waking waiters: the store implements driver.Waiter. Commits of the same
 // process wake its waiters at once, commits of other processes through the
