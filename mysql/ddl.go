@@ -12,7 +12,7 @@ import (
 // whether the procedures must be (re)created. It ends with a hash of
 // ddlTemplate, so that any change of the SQL replaces the procedures of an
 // older version of this package.
-var schemaVersion = "baton mysql store 2 " + hash(ddlTemplate)[:12]
+var schemaVersion = "baton mysql store 3 " + hash(ddlTemplate)[:12]
 
 // version is the comment of the procedures of a table in the given mode.
 func version(durable bool) string {
@@ -35,8 +35,8 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds, state, epochs, long, meta, stripes                          string
-	acquire, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise string
+	counters, holds, state, epochs, long, meta, stripes, sessions                                string
+	acquire, grant, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise, session string
 }
 
 func newObjects(table string) objects {
@@ -48,6 +48,9 @@ func newObjects(table string) objects {
 		long:      table + "_long",
 		meta:      table + "_meta",
 		stripes:   table + "_stripes",
+		sessions:  table + "_sessions",
+		session:   table + "_session",
+		grant:     table + "_grant",
 		keep:      table + "_keep",
 		incarnate: table + "_incarnate",
 		raise:     table + "_raise",
@@ -62,11 +65,11 @@ func newObjects(table string) objects {
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise}
+	return []string{o.acquire, o.grant, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise, o.session}
 }
 
 func (o objects) tables() []string {
-	return []string{o.counters, o.holds, o.state, o.epochs, o.long, o.meta, o.stripes}
+	return []string{o.counters, o.holds, o.state, o.epochs, o.long, o.meta, o.stripes, o.sessions}
 }
 
 // The fast mode's MEMORY rows have a fixed width: a host is cut to
@@ -112,6 +115,12 @@ func (o objects) statements(durable bool) []string {
 		"{LONG}", o.long,
 		"{META}", o.meta,
 		"{STRIPES}", o.stripes,
+		"{SESSIONS}", o.sessions,
+		"{SESSION}", o.session,
+		"{GRANT}", o.grant,
+		// The expiry of a session (given as the rest of the expression
+		// and a closing parenthesis), NULL if it is gone.
+		"{SESSIONEXP}", "(SELECT s.expires FROM "+o.sessions+" s WHERE s.id = ",
 		"{HEX}", "(SELECT 0 n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15)",
 		"{KEEP}", o.keep,
 		"{INCARNATE}", o.incarnate,
@@ -150,8 +159,8 @@ func (o objects) statements(durable bool) []string {
 }
 
 // DDL returns the SQL script that creates the lock table a Store with opts
-// uses (Options.Table, DefaultTable if empty) in the current database: seven
-// tables and ten stored procedures, for a fast table or, with
+// uses (Options.Table, DefaultTable if empty) in the current database: eight
+// tables and twelve stored procedures, for a fast table or, with
 // opts.Durable, a durable one (use Durable on MySQL with
 // enforce_gtid_consistency). It is written for the mysql and mariadb
 // command-line clients (it uses their DELIMITER command), e.g.
@@ -160,8 +169,8 @@ func (o objects) statements(durable bool) []string {
 //
 // Run it yourself, as a user allowed to create tables and routines, when
 // the store's own user may not (Options.NoCreate). The store's user then
-// needs SELECT, INSERT, UPDATE and DELETE on the tables, DROP on T_holds
-// and T_state, EXECUTE on the procedures and CREATE TEMPORARY TABLES on the
+// needs SELECT, INSERT, UPDATE and DELETE on the tables, DROP on T_holds,
+// T_state and T_sessions, EXECUTE on the procedures and CREATE TEMPORARY TABLES on the
 // database (for reclaim's scratch tables). The script drops and re-creates
 // the procedures, so it can be run again to upgrade them; the tables are
 // only created if missing, so run it in the mode the table has (a Store

@@ -81,3 +81,9 @@ func SetMaxBells(s *Store, n int) {
 	s.bells.max = n
 	s.bells.mu.Unlock()
 }
+
+// Faulty is a store with the test hook drivertest looks for
+// (drivertest.Partitioner): a partition fails its session renewals.
+type Faulty struct{ *Store }
+
+func (f Faulty) SetPartitioned(down bool) { f.Store.partitioned.Store(down) }

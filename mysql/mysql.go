@@ -41,16 +41,16 @@
 // name in use, which serializes the decisions about the name; idle names'
 // rows are reclaimed every Options.Reclaim), T_holds (holds and queue
 // entries), T_state, T_stripes (a fast table's serializers), T_epochs,
-// T_long and T_meta, and the stored procedures T_acquire, T_renew,
-// T_release, T_purge, T_bind, T_txrow, T_reclaim, T_keep, T_incarnate and
-// T_raise. Names and owners are VARBINARY, compared byte for byte. [DDL]
+// T_long, T_meta and T_sessions, and the stored procedures T_grant,
+// T_acquire, T_renew, T_release, T_purge, T_bind, T_txrow, T_reclaim,
+// T_keep, T_incarnate, T_raise and T_session. Names and owners are VARBINARY, compared byte for byte. [DDL]
 // returns the script. Unless Options.NoCreate is set, the store runs it on
 // first use when the objects are missing or were made by another version
 // of this package: the user then needs the CREATE, DROP, ALTER, CREATE
 // ROUTINE and ALTER ROUTINE privileges on the database. With NoCreate, run
 // the script yourself; the store's user then needs SELECT, INSERT, UPDATE
-// and DELETE on the tables, DROP on T_holds and T_state (a new incarnation
-// empties them with TRUNCATE), EXECUTE on the procedures and CREATE
+// and DELETE on the tables, DROP on T_holds, T_state and T_sessions (a new
+// incarnation empties them with TRUNCATE), EXECUTE on the procedures and CREATE
 // TEMPORARY TABLES on the database (for reclaim).
 //
 // # Guarantees and limits
@@ -135,6 +135,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/sessions"
 )
 
 func init() {
@@ -209,6 +210,9 @@ type Store struct {
 
 	bells *bells
 
+	sessions    *sessions.Keeper // a fast table's; set once ready
+	partitioned atomic.Bool      // a test's: session renewals fail
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
@@ -226,13 +230,13 @@ type Store struct {
 type stmts struct {
 	acquire, renew, release, bind            *sql.Stmt
 	listAll, listName, listOwner, listPrefix *sql.Stmt
-	raise                                    *sql.Stmt
+	raise, session                           *sql.Stmt
 	purge, reclaim, txrow                    string
 	acquireSQL, releaseSQL                   string // prepared again on the bell connections
 }
 
 func (s *stmts) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix, s.raise} {
+	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix, s.raise, s.session} {
 		if st != nil {
 			st.Close()
 		}
@@ -508,13 +512,14 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', h.expires), " +
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
-	st.acquireSQL = "CALL " + s.obj.acquire + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	st.acquireSQL = "CALL " + s.obj.grant + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	st.releaseSQL = "CALL " + s.obj.release + "(?)"
 	st.acquire = prep(st.acquireSQL)
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep(st.releaseSQL)
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
 	st.raise = prep("CALL " + s.obj.raise + "(?, ?)")
+	st.session = prep("CALL " + s.obj.session + "(?, ?, ?)")
 	st.listAll = prep("SELECT " + cols + " FROM " + h)
 	st.listName = prep("SELECT " + cols + " FROM " + h + " WHERE h.name = UNHEX(?)")
 	st.listOwner = prep("SELECT " + cols + " FROM " + h + " WHERE h.owner = UNHEX(?)")
@@ -528,7 +533,21 @@ func (s *Store) setup(ctx context.Context) error {
 		st.close()
 		return fmt.Errorf("mysql: preparing statements: %w", err)
 	}
+	// A session's renewal reads SYSDATE as it runs; a server started with
+	// --sysdate-is-now reads it at the statement's start, as NOW, which
+	// sessions cannot use (see T_session).
+	moves := false
+	if !durable && err == nil {
+		err = s.db.QueryRowContext(ctx, "SELECT SYSDATE(6) > NOW(6) FROM (SELECT SLEEP(0.002)) d").Scan(&moves)
+	}
+	if err != nil {
+		st.close()
+		return fmt.Errorf("mysql: preparing statements: %w", err)
+	}
 	s.st, s.fast = st, !durable
+	if moves && s.sessions == nil {
+		s.sessions = sessions.New(s)
+	}
 	return nil
 }
 
@@ -640,20 +659,37 @@ func (s *Store) create(ctx context.Context, dbName string) (durable bool, err er
 	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"); err != nil {
 		return false, fmt.Errorf("mysql: creating the lock table: %w", err)
 	}
-	// A holds table made by schema 1 lacks the flags column.
-	var holds, flags int
+	// A holds table made by schema 1 lacks the flags column, and one made
+	// before schema 3 the sid column.
+	var holds, flags, sid int
 	if err := conn.QueryRowContext(ctx, `SELECT
 		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
-		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'flags')`,
-		s.obj.holds, s.obj.holds).Scan(&holds, &flags); err != nil {
+		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'flags'),
+		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'sid')`,
+		s.obj.holds, s.obj.holds, s.obj.holds).Scan(&holds, &flags, &sid); err != nil {
 		return false, fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
 	}
+	stmts := s.obj.statements(durable)
+	var alter []string
 	if holds == 1 && flags == 0 {
-		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+s.obj.holds+" ADD COLUMN flags TINYINT NOT NULL DEFAULT 0"); err != nil {
+		alter = append(alter, "ADD COLUMN flags TINYINT NOT NULL DEFAULT 0")
+	}
+	if holds == 1 && sid == 0 {
+		alter = append(alter, "ADD COLUMN sid VARBINARY(32) NOT NULL DEFAULT ''", "ADD KEY sid_ix (sid) USING BTREE")
+	}
+	if len(alter) > 0 {
+		// A MEMORY table altered takes this session's size limit, which
+		// the script's first statement sets.
+		if !durable {
+			if _, err := conn.ExecContext(ctx, stmts[0]); err != nil {
+				return false, fmt.Errorf("mysql: upgrading the lock table %s: %w", s.obj.counters, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+s.obj.holds+" "+strings.Join(alter, ", ")); err != nil {
 			return false, fmt.Errorf("mysql: upgrading the lock table %s: %w", s.obj.counters, err)
 		}
 	}
-	for _, stmt := range s.obj.statements(durable) {
+	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return false, fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
 		}
@@ -786,7 +822,15 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		bOwner                    []byte
 		bQueued                   int8
 		bToken                    uint64
+		flags                     int8
+		x                         *sessions.Session
+		sid                       string
 	)
+	if s.sessionsFor(req) {
+		if x = s.sessions.Session(req.TTL, false); x != nil {
+			sid = x.ID()
+		}
+	}
 	queue, long := 0, 0
 	if req.Queue {
 		queue = 1
@@ -802,13 +846,12 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	defer cancel()
 	err := retry(ctx, func() error {
 		for range 3 {
-			bOwner = nil
-			var held int8
+			bOwner, flags = nil, 0
 			call := func(st *sql.Stmt, bell string) (bool, error) {
 				err := st.QueryRowContext(cctx, req.Name, req.Owner, int8(req.Mode), int32(req.Limit),
-					ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long, bell).
-					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &held)
-				return held == 1, err
+					ns(req.TTL), queue, ns(req.QueueTTL), host, meta, long, bell, sid).
+					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
+				return flags&1 == 1, err
 			}
 			ok, err := s.bells.acquireCall(cctx, bell, s.st.acquireSQL, call)
 			if !ok {
@@ -845,7 +888,13 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	switch status {
 	case 0, 1:
 		s.setBlocker(req, nil)
-		return &driver.Grant{Token: token, Created: usTime(created), Renewed: usTime(renewed), Expires: usTime(expires), Extended: status == 1}, nil
+		g := &driver.Grant{Token: token, Created: usTime(created), Renewed: usTime(renewed), Expires: usTime(expires), Extended: status == 1}
+		if flags&2 != 0 && x != nil {
+			g.Session = x
+		} else if x == nil && s.sessionsFor(req) {
+			s.sessions.Session(req.TTL, true) // makes one, for the grants to come
+		}
+		return g, nil
 	case 2:
 		if bOwner != nil {
 			s.setBlocker(req, &blocker{owner: string(bOwner), queued: bQueued == 1, token: bToken})
@@ -859,6 +908,54 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, driver.ErrLimitConflict
 	}
 	return nil, fmt.Errorf("mysql: acquire: unexpected status %d", status)
+}
+
+// sessionsFor reports whether req's hold may be bound to a session: one
+// the client keeps alive, on a fast table, of a TTL the grace period after
+// a restart covers (sessions live in a MEMORY table).
+func (s *Store) sessionsFor(req *driver.Request) bool {
+	return req.KeepAlive && s.sessions != nil && req.TTL <= s.opts.MaxGrace
+}
+
+// KeepSession implements sessions.Store: one call of T_session. A new
+// session raises the longest TTL the grace period covers, durably, when
+// it must.
+func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
+	if s.partitioned.Load() {
+		return false, errors.New("mysql: partitioned (a test's fault)")
+	}
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	var status int8
+	err := retry(ctx, func() error {
+		for range 2 {
+			if err := s.st.session.QueryRowContext(ctx, id, ns(ttl), create).Scan(&status); err != nil {
+				return err
+			}
+			if status != 5 {
+				return nil
+			}
+			if err := s.raise(ctx, ttl, -1); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("status %d after raising", status)
+	})
+	if err != nil {
+		return false, wrap("session", err)
+	}
+	return status == 1, nil
+}
+
+// EndSession implements sessions.Store. The holds bound to the session
+// stay until their expiry, which is no later than the session's was.
+func (s *Store) EndSession(ctx context.Context, id string) error {
+	if !s.ready.Load() {
+		return nil
+	}
+	_, err := s.db.ExecContext(ctx, "DELETE FROM "+s.obj.sessions+" WHERE id = ?", id)
+	return wrap("end session", err)
 }
 
 // raise records durably that grace periods must cover leases of ttl and,
@@ -1233,6 +1330,9 @@ func (s *Store) Close() error {
 		// janitor, if it started one, is waited for.
 		s.initSem <- struct{}{}
 		defer func() { <-s.initSem }()
+		if s.sessions != nil {
+			s.sessions.Close() // ends and deletes them, while the pool is open
+		}
 		s.janitor.Wait()
 		s.mu.Lock()
 		ws := make([]*watch, 0, len(s.watches))

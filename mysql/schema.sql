@@ -32,9 +32,21 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 	renewed DATETIME(6) NOT NULL COMMENT 'UTC',
 	expires DATETIME(6) NOT NULL COMMENT 'UTC',
 	flags   TINYINT NOT NULL DEFAULT 0 COMMENT '1: a long lease, also in {LONG}; 2: meta is in {META}',
+	sid     VARBINARY(32) NOT NULL DEFAULT '' COMMENT 'the session the hold is bound to, or empty',
 	PRIMARY KEY (name, owner) USING BTREE,
-	KEY owner_ix (owner) USING BTREE
+	KEY owner_ix (owner) USING BTREE,
+	KEY sid_ix (sid) USING BTREE
 ) ENGINE={ENGINE} COMMENT='baton mysql store: holds and queue entries'
+-- ;;
+-- The sessions of a fast table's clients (see SESSION). A hold bound to
+-- one expires no earlier than it: its expires is the later of its own and
+-- its session's, and a session's renewal extends its holds.
+CREATE TABLE IF NOT EXISTS {SESSIONS} (
+	id      VARBINARY(32) NOT NULL,
+	ttl_ns  BIGINT NOT NULL,
+	expires DATETIME(6) NOT NULL COMMENT 'UTC',
+	PRIMARY KEY (id) USING BTREE
+) ENGINE=MEMORY COMMENT='baton mysql store: sessions'
 -- ;;
 -- The durable epoch of the lock state (see INCARNATE) and the longest TTL
 -- of a lease granted without a flush.
@@ -117,6 +129,7 @@ proc: BEGIN
 	DECLARE v_f TINYINT DEFAULT 0;
 	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
 	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE v_sid VARBINARY(32) DEFAULT '';
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -150,15 +163,19 @@ proc: BEGIN
 			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
 			SET v_now = UTC_TIMESTAMP(6);
 			DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-			SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0) INTO v_n, v_token, v_created, v_f
+			SELECT COUNT(*), COALESCE(MAX(token), 0), MAX(created), COALESCE(MAX(flags), 0), MAX(sid) INTO v_n, v_token, v_created, v_f, v_sid
 			  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND queued = 0;
 			IF v_n = 1 AND {FAST} AND v_f & 1 = 0 AND v_ttl > v_max_ttl THEN
 				SET v_n = 0; -- longer than the grace period covers (the client RAISEs first)
 			END IF;
 			IF v_n = 1 THEN
+				-- A hold in a session lives as long as the session too.
 				SET v_expires = v_now + INTERVAL ((v_ttl + 999) DIV 1000) MICROSECOND;
-				UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
+				UPDATE {HOLDS} SET ttl_ns = v_ttl, renewed = v_now, expires = GREATEST(COALESCE({SESSIONEXP}sid), v_expires), v_expires)
 				 WHERE name = v_name AND owner = v_owner;
+				IF v_sid <> '' THEN
+					SELECT expires INTO v_expires FROM {HOLDS} WHERE name = v_name AND owner = v_owner;
+				END IF;
 				IF v_f & 1 THEN
 					UPDATE {LONG} SET ttl_ns = v_ttl, renewed = v_now, expires = v_expires
 					 WHERE name = v_name AND owner = v_owner;
@@ -216,7 +233,7 @@ proc: BEGIN
 			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
 			         t BIGINT PATH '$[3]')) AS j
 			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND
+			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = GREATEST(COALESCE({SESSIONEXP}h.sid), '1000-01-01'), v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND)
 			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
 			SELECT COALESCE(GROUP_CONCAT(j.i, ',', h.token, ',', {US}h.created), ',', {US}h.renewed), ',', {US}h.expires)
 			                             ORDER BY j.i SEPARATOR ';'), ''),
@@ -733,6 +750,7 @@ proc: BEGIN
 	SET SESSION max_heap_table_size = CAST(GREATEST(v_heap, {HEAPSIZE}) AS UNSIGNED), SESSION lock_wait_timeout = 5;
 	TRUNCATE TABLE {HOLDS};
 	TRUNCATE TABLE {STATE};
+	TRUNCATE TABLE {SESSIONS};
 	SET SESSION max_heap_table_size = v_heap, SESSION lock_wait_timeout = v_mdl;
 	SET v_heap = NULL;
 	SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -748,6 +766,80 @@ proc: BEGIN
 	INSERT INTO {STATE} (name, seq, ticket, epoch, server, grace, max_ttl)
 	VALUES ('', v_epoch << 32, 0, v_epoch, {SERVERID}, v_now + INTERVAL ((v_max + 999) DIV 1000) MICROSECOND, v_max);
 	DO RELEASE_LOCK({INCLOCK});
+END
+-- ;;
+DROP PROCEDURE IF EXISTS {SESSION}
+-- ;;
+CREATE PROCEDURE {SESSION}(IN p_id VARBINARY(32), IN p_ttl BIGINT, IN p_create TINYINT)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- session makes (p_create) or renews the session p_id of a fast table's
+-- client, to expire p_ttl nanoseconds from now, and returns 1; 0 if the
+-- session to renew has expired or is gone (an expired session is never
+-- renewed: its holds may have been dropped since); 5 if p_ttl is longer
+-- than the grace period covers (RAISE first). Making one deletes the
+-- expired ones.
+--
+-- A hold bound to a session expires no earlier than the session (GRANT
+-- and RENEW read the session in the statement that writes the hold), and
+-- a renewal extends the session's holds with it: so every rule judges a
+-- hold by its expires alone, as without sessions. A renewal extends a
+-- hold only if it is live when the statement reaches it: the table is
+-- locked for the statement and SYSDATE is read then. (UTC_TIMESTAMP is
+-- the statement's start, before it waited for the lock, during which a
+-- call may have judged the hold expired and decided on that.) The holds
+-- go first, then the session: a session still live then has holds no
+-- older than it, which were live a moment before and so were extended.
+-- Holds bound in between read the session's old expiry: a third step
+-- extends them.
+proc: BEGIN
+	DECLARE v_tz VARCHAR(64) DEFAULT NULL;
+	DECLARE v_exp, v_new DATETIME(6) DEFAULT NULL;
+	DECLARE v_max_ttl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE v_n INT DEFAULT 0;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		IF v_tz IS NOT NULL THEN SET SESSION time_zone = v_tz; END IF;
+		RESIGNAL;
+	END;
+
+	SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+	IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
+		IF NOT p_create THEN
+			SELECT 0; -- a new incarnation: every session is forgotten
+			LEAVE proc;
+		END IF;
+		CALL {INCARNATE}();
+		SET v_max_ttl = NULL;
+		SELECT max_ttl INTO v_max_ttl FROM {STATE} WHERE name = '';
+	END IF;
+	IF p_create THEN
+		IF v_max_ttl IS NULL OR p_ttl > v_max_ttl THEN
+			SELECT 5;
+			LEAVE proc;
+		END IF;
+		DELETE FROM {SESSIONS} WHERE expires <= UTC_TIMESTAMP(6);
+		INSERT INTO {SESSIONS} (id, ttl_ns, expires)
+		VALUES (p_id, p_ttl, UTC_TIMESTAMP(6) + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND);
+		SELECT 1;
+		LEAVE proc;
+	END IF;
+	-- SYSDATE is in the session's time zone; the tables are in UTC.
+	SET v_tz = @@SESSION.time_zone;
+	SET SESSION time_zone = '+00:00';
+	SELECT expires INTO v_exp FROM {SESSIONS} WHERE id = p_id;
+	IF v_exp IS NOT NULL AND v_exp > SYSDATE(6) THEN
+		SET v_new = SYSDATE(6) + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
+		UPDATE {HOLDS} SET expires = v_new WHERE sid = p_id AND expires > SYSDATE(6) AND expires < v_new;
+		UPDATE {SESSIONS} SET expires = v_new WHERE id = p_id AND expires > SYSDATE(6);
+		SELECT COUNT(*) INTO v_n FROM {SESSIONS} WHERE id = p_id AND expires = v_new;
+		IF v_n = 1 THEN
+			UPDATE {HOLDS} SET expires = v_new WHERE sid = p_id AND expires > SYSDATE(6) AND expires < v_new;
+		END IF;
+	END IF;
+	SET SESSION time_zone = v_tz;
+	SELECT v_n;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS {RAISE}
@@ -795,15 +887,15 @@ BEGIN
 	SELECT v_max;
 END
 -- ;;
-DROP PROCEDURE IF EXISTS {ACQUIRE}
+DROP PROCEDURE IF EXISTS {GRANT}
 -- ;;
-CREATE PROCEDURE {ACQUIRE}(
+CREATE PROCEDURE {GRANT}(
 	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
 	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT,
-	IN p_bell VARCHAR(64) CHARACTER SET ascii)
+	IN p_bell VARCHAR(64) CHARACTER SET ascii, IN p_sid VARBINARY(32))
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
--- acquire applies the grant rules of package lockstate to one request and
+-- grant applies the grant rules of package lockstate to one request and
 -- returns one row: status (0 granted, 1 extended, 2 not granted, 3 the
 -- owner holds the name in another mode or with another limit, 4 a shared
 -- request whose limit is not the shared holders', 5 p_ttl is longer than
@@ -812,10 +904,12 @@ COMMENT '{VERSION}'
 -- created, renewed, expires (microseconds), after (nanoseconds until the
 -- first holder expires, when not granted), when not granted the
 -- blocker: the owner, queued flag and token (or ticket) of the entry whose
--- departure the request should wait for, and whether the session holds
--- the bell p_bell ('' for none: see the package's bells) after the call.
--- The bell goes up before the entry can exist and is released again if
--- the call leaves no entry.
+-- departure the request should wait for, and flags: 1 if the session holds
+-- the bell p_bell ('' for none: see the package's bells) after the call, 2
+-- if the hold granted or extended is bound to the session p_sid ('' for
+-- none: see SESSION). The bell goes up before the entry can exist and is
+-- released again if the call leaves no entry. A hold granted is bound to
+-- p_sid; a hold extended keeps its binding.
 --
 -- Every statement that touches a table costs a table open in a stored
 -- procedure, so the name's whole state is read by one aggregate over its
@@ -836,7 +930,8 @@ proc: BEGIN
 	DECLARE v_flags TINYINT DEFAULT 0;
 	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
-	DECLARE v_rang INT DEFAULT 0;
+	DECLARE v_rang, v_bound INT DEFAULT 0;
+	DECLARE v_msid VARBINARY(32) DEFAULT NULL;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -988,9 +1083,11 @@ proc: BEGIN
 	              CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
 	       MAX(IF(h.expires > v_now AND h.queued = 0 AND h.mode = 1, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
 	       MIN(IF(h.expires > v_now AND h.queued = 0, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
-	       COALESCE(MAX(h.expires > v_now AND h.queued = 0 AND h.mode = 2 AND h.lim <> p_lim), 0)
+	       COALESCE(MAX(h.expires > v_now AND h.queued = 0 AND h.mode = 2 AND h.lim <> p_lim), 0),
+	       MAX(me.sid)
 	  INTO v_gone, v_me, v_mode, v_lim, v_mtoken, v_mexp, v_created,
-	       v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_conflict
+	       v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_conflict,
+	       v_msid
 	  FROM {HOLDS} h
 	  LEFT JOIN {HOLDS} me ON me.name = h.name AND me.owner = p_owner AND me.expires > v_now
 	 WHERE h.name = p_name;
@@ -1004,10 +1101,10 @@ proc: BEGIN
 			SET v_status = 3, v_created = NULL;
 		ELSE
 			SET v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
-			UPDATE {HOLDS} SET ttl_ns = p_ttl, renewed = v_now, expires = v_expires, host = p_host,
+			UPDATE {HOLDS} SET ttl_ns = p_ttl, renewed = v_now, expires = GREATEST(COALESCE({SESSIONEXP}sid), v_expires), v_expires), host = p_host,
 			       meta = IF(v_spill, NULL, p_meta), flags = v_flags
 			 WHERE name = p_name AND owner = p_owner;
-			SET v_status = 1, v_token = v_mtoken;
+			SET v_status = 1, v_token = v_mtoken, v_bound = p_sid <> '' AND v_msid = p_sid;
 			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
 		END IF;
 	ELSEIF p_mode = 2 AND v_conflict = 1 THEN
@@ -1038,16 +1135,21 @@ proc: BEGIN
 			SET v_token = v_seq + 1, v_created = v_now,
 			    v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
 			UPDATE {SEQS} SET seq = v_token WHERE name = p_name;
+			-- Bound to p_sid, it lives as long as the session too: its
+			-- expires is read from the session in the statement that
+			-- writes it, which no renewal of the session runs within.
 			IF v_me = 1 THEN -- leaves the queue
 				UPDATE {HOLDS}
 				   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = IF(v_spill, NULL, p_meta),
-				       ttl_ns = p_ttl, created = v_now, renewed = v_now, expires = v_expires, flags = v_flags
+				       ttl_ns = p_ttl, created = v_now, renewed = v_now, flags = v_flags, sid = p_sid,
+				       expires = GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires)
 				 WHERE name = p_name AND owner = p_owner;
 			ELSE
-				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
-				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now, v_expires, v_flags);
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, sid)
+				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now,
+				        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), v_flags, p_sid);
 			END IF;
-			SET v_status = 0;
+			SET v_status = 0, v_bound = p_sid <> '';
 			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
 		ELSE
 			SET v_status = 2, v_token = 0;
@@ -1099,6 +1201,18 @@ proc: BEGIN
 		SET v_rang = 0;
 	END IF;
 	SELECT v_status, COALESCE(v_token, 0), COALESCE({US}v_created), 0), {US}v_now), COALESCE({US}v_expires), 0),
-	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang;
+	       COALESCE(v_after, 0), v_bowner, v_bqueued, COALESCE(v_btoken, 0), v_rang | v_bound << 1;
 END
+-- ;;
+DROP PROCEDURE IF EXISTS {ACQUIRE}
+-- ;;
+CREATE PROCEDURE {ACQUIRE}(
+	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
+	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT,
+	IN p_bell VARCHAR(64) CHARACTER SET ascii)
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- acquire is GRANT without a session, for the processes of the version
+-- before sessions that run while the procedures are replaced.
+CALL {GRANT}(p_name, p_owner, p_mode, p_lim, p_ttl, p_queue, p_qttl, p_host, p_meta, p_long, p_bell, '')
 -- ;;
