@@ -43,15 +43,16 @@
 // entries), T_state, T_stripes (a fast table's serializers), T_epochs,
 // T_long, T_meta and T_sessions, and the stored procedures T_grant,
 // T_acquire, T_renew, T_release, T_purge, T_bind, T_txrow, T_reclaim,
-// T_keep, T_incarnate, T_raise and T_session. Names and owners are VARBINARY, compared byte for byte. [DDL]
-// returns the script. Unless Options.NoCreate is set, the store runs it on
-// first use when the objects are missing or were made by another version
-// of this package: the user then needs the CREATE, DROP, ALTER, CREATE
-// ROUTINE and ALTER ROUTINE privileges on the database. With NoCreate, run
-// the script yourself; the store's user then needs SELECT, INSERT, UPDATE
-// and DELETE on the tables, DROP on T_holds, T_state and T_sessions (a new
-// incarnation empties them with TRUNCATE), EXECUTE on the procedures and CREATE
-// TEMPORARY TABLES on the database (for reclaim).
+// T_keep, T_incarnate, T_raise and T_session. Names and owners are
+// VARBINARY, compared byte for byte. [DDL] returns the script. Unless
+// Options.NoCreate is set, the store runs it on first use when the objects
+// are missing or were made by another version of this package: the user
+// then needs the CREATE, DROP, ALTER, CREATE ROUTINE and ALTER ROUTINE
+// privileges on the database. With NoCreate, run the script yourself; the
+// store's user then needs SELECT, INSERT, UPDATE and DELETE on the tables,
+// DROP on T_holds, T_state and T_sessions (a new incarnation empties them
+// with TRUNCATE), EXECUTE on the procedures and CREATE TEMPORARY TABLES on
+// the database (for reclaim).
 //
 // # Guarantees and limits
 //
@@ -96,6 +97,14 @@
 // If the server writes a binary log, the writes of either kind go to it
 // too (with sync_binlog=1, a flush per call). See
 // docs/stores/mysql.md#durability.
+//
+// Sessions: on a fast table, the holds a client keeps alive while it holds
+// others are bound to the Store's session, a row of T_sessions renewed
+// every third of the TTL; a renewal of the session extends its holds on
+// the server, so the client sends one call instead of one renewal per
+// hold, and every rule still judges a hold by its expiry alone. A restart
+// forgets the sessions, and the grace period covers them as it covers the
+// leases. See docs/stores/mysql.md#sessions.
 //
 // Waking waiters: the store rings doorbells made of user-level locks
 // (GET_LOCK): a release wakes the one waiter next in line; baton's fallback

@@ -233,7 +233,8 @@ proc: BEGIN
 			         o VARCHAR(256) CHARACTER SET ascii PATH '$[2]',
 			         t BIGINT PATH '$[3]')) AS j
 			  STRAIGHT_JOIN {HOLDS} h FORCE INDEX (PRIMARY) ON h.name = UNHEX(j.n) AND h.owner = UNHEX(j.o)
-			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = GREATEST(COALESCE({SESSIONEXP}h.sid), '1000-01-01'), v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND)
+			   SET h.ttl_ns = j.t, h.renewed = v_now, h.expires = GREATEST(COALESCE({SESSIONEXP}h.sid), v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND),
+			                                                          v_now + INTERVAL ((j.t + 999) DIV 1000) MICROSECOND)
 			 WHERE h.queued = 0 AND (NOT {FAST} OR h.flags & 1 OR j.t <= v_max_ttl);
 			SELECT COALESCE(GROUP_CONCAT(j.i, ',', h.token, ',', {US}h.created), ',', {US}h.renewed), ',', {US}h.expires)
 			                             ORDER BY j.i SEPARATOR ';'), ''),
@@ -791,7 +792,8 @@ COMMENT '{VERSION}'
 -- go first, then the session: a session still live then has holds no
 -- older than it, which were live a moment before and so were extended.
 -- Holds bound in between read the session's old expiry: a third step
--- extends them.
+-- extends them. Other calls wait for the table while a step runs: about a
+-- microsecond per hold.
 proc: BEGIN
 	DECLARE v_tz VARCHAR(64) DEFAULT NULL;
 	DECLARE v_exp, v_new DATETIME(6) DEFAULT NULL;

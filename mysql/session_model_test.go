@@ -18,8 +18,9 @@ import (
 
 // TestSessionModel compares the store's judgment of holds in sessions with
 // lockstate's (Bind, ApplySessions), through time: a random walk of
-// acquires (in a session or not; exclusive, shared, semaphores), renewals,
-// releases, sessions made and renewed, and time passing, on two names.
+// acquires (in a session or not; exclusive, shared, semaphores), renewals
+// (alone or in a batch), releases, sessions made and renewed, and time
+// passing, on two names.
 // Time passes by moving every time the tables hold back (which is what
 // the server's clock moving on looks like to them), in steps of 10 s with
 // TTLs of 10–30 s, so that the few seconds the walk itself takes change
@@ -63,9 +64,11 @@ func TestSessionModel(t *testing.T) {
 			e, ok := sessions[sid]
 			return e, ok && e.After(now)
 		}
-		key := func(name, owner string, rest any) string {
-			return fmt.Sprintf(`[["%s","%s",%v]]`, hex.EncodeToString([]byte(name)), hex.EncodeToString([]byte(owner)), rest)
+		// entry is one element of a batch: [hex name, hex owner, rest].
+		entry := func(name, owner string, rest any) string {
+			return fmt.Sprintf(`["%s","%s",%v]`, hex.EncodeToString([]byte(name)), hex.EncodeToString([]byte(owner)), rest)
 		}
+		key := func(name, owner string, rest any) string { return "[" + entry(name, owner, rest) + "]" }
 		for step := range 500 {
 			name := names[rng.IntN(len(names))]
 			owner := owners[rng.IntN(len(owners))]
@@ -129,7 +132,7 @@ func TestSessionModel(t *testing.T) {
 						tokens[name][g.Token], top[name] = token, token
 					}
 				}
-			case r < 10: // renew
+			case r < 10 && rng.IntN(2) == 0: // renew
 				what = fmt.Sprintf("renew %s by %s, ttl %v", name, owner, ttl)
 				var res string
 				if err := db.QueryRowContext(ctx, "CALL "+tb+"_renew(?)", key(name, owner, int64(ttl))).Scan(&res); err != nil {
@@ -137,6 +140,21 @@ func TestSessionModel(t *testing.T) {
 				}
 				if want := st.Renew(name, owner, ttl, now) != nil; (res != "") != want {
 					t.Fatalf("step %d (%s): renewed %q, want %v", step, what, res, want)
+				}
+			case r < 10: // a batch of renewals: the owner's holds of both names
+				what = fmt.Sprintf("renew both names by %s, ttl %v", owner, ttl)
+				batch := "[" + entry(names[0], owner, int64(ttl)) + "," + entry(names[1], owner, int64(ttl)) + "]" // sorted by name
+				var res string
+				if err := db.QueryRowContext(ctx, "CALL "+tb+"_renew(?)", batch).Scan(&res); err != nil {
+					t.Fatalf("step %d (%s): %v", step, what, err)
+				}
+				for i, n := range names {
+					model[n].ApplySessions(live)
+					want := model[n].Renew(n, owner, ttl, now) != nil
+					got := strings.HasPrefix(res, fmt.Sprint(i+1, ",")) || strings.Contains(res, fmt.Sprint(";", i+1, ","))
+					if got != want {
+						t.Fatalf("step %d (%s): %s renewed %v (%q), want %v", step, what, n, got, res, want)
+					}
 				}
 			case r < 13: // release
 				what = fmt.Sprintf("release %s by %s", name, owner)

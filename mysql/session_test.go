@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -207,4 +208,40 @@ func TestUpgradeAddsSessions(t *testing.T) {
 		}
 		drivertest.WaitSession(t, ctx, st, 15*time.Second)
 	})
+}
+
+// BenchmarkSessionRenewal times a renewal of a session that keeps 1,000
+// or 100,000 holds: the session's holds are extended in one statement, for
+// which the holds table is locked.
+func BenchmarkSessionRenewal(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		for _, holds := range []int{1000, 100_000} {
+			b.Run(fmt.Sprintf("%s/%d", srv.Name, holds), func(b *testing.B) {
+				ctx := ctxFor(b, 5*time.Minute)
+				tb := freshTable(b)
+				open(b, tb).Close()
+				db := rawDB(b)
+				var n int64
+				if err := db.QueryRowContext(ctx, "CALL "+tb+"_raise(?, -1)", int64(mysql.DefaultMaxGrace)).Scan(&n); err != nil {
+					b.Fatal(err)
+				}
+				const ttl = 15 * time.Second
+				if err := db.QueryRowContext(ctx, "CALL "+tb+"_session('s', ?, 1)", int64(ttl)).Scan(&n); err != nil || n != 1 {
+					b.Fatal(n, err)
+				}
+				_, err := db.ExecContext(ctx, "INSERT INTO "+tb+"_holds (name, owner, queued, mode, lim, token, host, ttl_ns, created, renewed, expires, sid) "+
+					"SELECT CONCAT('b/', s.id, '/', k.k), 'o', 0, 1, 0, 1, 'h', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 15 SECOND, 's' "+
+					"FROM "+tb+"_stripes s CROSS JOIN (SELECT 0 k UNION ALL SELECT 1) k LIMIT ?", int64(ttl), holds)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for range b.N {
+					if err := db.QueryRowContext(ctx, "CALL "+tb+"_session('s', ?, 0)", int64(ttl)).Scan(&n); err != nil || n != 1 {
+						b.Fatal(n, err)
+					}
+				}
+			})
+		}
+	}
 }
