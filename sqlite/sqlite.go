@@ -595,8 +595,12 @@ type clock struct {
 // converts to the same wall time.
 var wallOffset atomic.Int64
 
+// clockShift moves the store's clock on, for a test that walks through
+// time (TestSessionModel).
+var clockShift atomic.Int64
+
 func (d *db) clock() clock {
-	mono := monoNow()
+	mono := monoNow() + clockShift.Load()
 	if clockIsWall {
 		return clock{now: time.Unix(0, mono).UTC()}
 	}
