@@ -700,6 +700,28 @@ func (c *Client) releaseAll(ls []*Lease) {
 			call(func(ctx context.Context) error { _, err := c.store.Renew(ctx, part); return err })
 		}
 	}
+	// The leases in a session of a store that releases a session's holds
+	// at once: one call per session.
+	if sr, ok := c.store.(driver.SessionReleaser); ok {
+		bySession := map[driver.Session][]*Lease{}
+		others := rest[:0]
+		for _, l := range rest {
+			if l.session != nil {
+				bySession[l.session] = append(bySession[l.session], l)
+			} else {
+				others = append(others, l)
+			}
+		}
+		rest = others
+		for x, sl := range bySession {
+			for _, l := range sl {
+				l.end(ErrReleased, false)
+			}
+			if ctx.Err() == nil {
+				call(func(ctx context.Context) error { return sr.ReleaseSession(ctx, x) })
+			}
+		}
+	}
 	// In name order, so that each batch touches neighbouring records:
 	// on SQLite a batch of scattered names rewrites a page per name.
 	ls = rest

@@ -225,6 +225,17 @@ type QuietReleaser interface {
 	ReleaseQuiet(ctx context.Context, keys []Key) error
 }
 
+// SessionReleaser is implemented by stores that keep sessions of their own
+// (Grant.Session) and release every hold bound to one for less than a
+// Release of their keys. Client.Close, which releases every lease and then
+// closes the store, uses it for the leases in a session.
+type SessionReleaser interface {
+	// ReleaseSession does what ReleaseQuiet does for the keys of every
+	// hold bound to x, a session of this store. It may leave waiters of
+	// other clients to be woken when the store closes.
+	ReleaseSession(ctx context.Context, x Session) error
+}
+
 // Waiter is implemented by stores that can wake a waiting acquirer.
 type Waiter interface {
 	// Watch starts observing req.Name on behalf of req. It is called at most

@@ -957,6 +957,48 @@ func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, c
 	return status == 1, nil
 }
 
+// ReleaseSession implements driver.SessionReleaser: the plain holds bound
+// to x go in one statement, without the names' stripes, as a lease's own
+// release of a plain hold does (see T_release); those kept in InnoDB as
+// well (long leases, long metadata) through T_release. Their bells are
+// released when the Store closes.
+func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
+	xs, ok := x.(*sessions.Session)
+	if !ok {
+		return errors.New("mysql: release session: not a session of this store")
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	var keys []driver.Key
+	err := retry(ctx, func() error {
+		keys = keys[:0]
+		rows, err := s.db.QueryContext(ctx, "SELECT name, owner FROM "+s.obj.holds+" WHERE sid = ? AND flags <> 0", xs.ID())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k driver.Key
+			if err := rows.Scan(&k.Name, &k.Owner); err != nil {
+				return err
+			}
+			keys = append(keys, k)
+		}
+		return rows.Err()
+	})
+	if err == nil && len(keys) > 0 {
+		err = s.ReleaseQuiet(ctx, keys)
+	}
+	if err == nil {
+		err = retry(ctx, func() error {
+			_, err := s.db.ExecContext(ctx, "DELETE FROM "+s.obj.holds+" WHERE sid = ? AND queued = 0 AND flags = 0", xs.ID())
+			return err
+		})
+	}
+	return wrap("release session", err)
+}
+
 // EndSession implements sessions.Store. The holds bound to the session
 // stay until their expiry, which is no later than the session's was.
 func (s *Store) EndSession(ctx context.Context, id string) error {
