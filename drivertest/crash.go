@@ -127,3 +127,78 @@ func Crash(t *testing.T, cfg CrashConfig) {
 		cfg.AfterGrace(ctx, t, crashed)
 	}
 }
+
+// SessionCrashConfig configures SessionCrash.
+type SessionCrashConfig struct {
+	// Env names the variable that lists the servers (see EachServer).
+	Env string
+	// Open returns a new store of the table under test.
+	Open func(t testing.TB) driver.Store
+	// Bound, if set, returns how many of names the store has bound to a
+	// session: the test then checks that its holds are.
+	Bound func(t testing.TB, names []string) int
+}
+
+// SessionCrash crashes t's server (scripts/servers crash) while a client
+// holds leases that only its session keeps (past their own TTL, one
+// exclusive and one shared): the crash forgets the session, the holder is
+// told when renewing it, and no other client is granted a name before the
+// holder's lease ended and the grace period passed; its token is larger.
+func SessionCrash(t *testing.T, cfg SessionCrashConfig) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	newClient := func(st driver.Store, o *baton.Options) *baton.Client {
+		c, err := baton.New(st, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ttl := 2 * time.Second
+	st := cfg.Open(t)
+	a := newClient(st, &baton.Options{TTL: ttl})
+	WaitSession(t, ctx, st, ttl)
+	lock := func(name string, o *baton.LockOptions) *baton.Lease {
+		l, err := a.TryLock(ctx, name, o)
+		if err != nil {
+			t.Fatalf("TryLock %s: %v", name, err)
+		}
+		return l
+	}
+	lock("crash/first", nil) // then the client holds another lease: the next go in its session
+	la := lock("crash/held", nil)
+	ls := lock("crash/shared", &baton.LockOptions{Shared: true})
+	time.Sleep(ttl + ttl/2) // past their own TTL: their session keeps them
+	if la.Err() != nil || ls.Err() != nil {
+		t.Fatalf("leases in a session lost before the crash: %v, %v", la.Err(), ls.Err())
+	}
+	if cfg.Bound != nil {
+		if n := cfg.Bound(t, []string{la.Name(), ls.Name()}); n != 2 {
+			t.Fatalf("holds in a session: %d, want 2", n)
+		}
+	}
+	ServerCommand(t, cfg.Env, "crash")
+	crashed := time.Now()
+	ServerCommand(t, cfg.Env, "up")
+	b := newClient(cfg.Open(t), nil)
+	for _, l := range []*baton.Lease{la, ls} {
+		lb, err := b.Lock(ctx, l.Name(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := time.Now()
+		select {
+		case <-l.Done():
+		default:
+			t.Errorf("%s granted to another while its holder still held it", l.Name())
+		}
+		if d := granted.Sub(crashed); d < ttl {
+			t.Errorf("%s granted %v after the crash, within the grace period (%v)", l.Name(), d, ttl)
+		}
+		if lb.Token() <= l.Token() {
+			t.Errorf("%s: token %#x after the crash, not above %#x", l.Name(), lb.Token(), l.Token())
+		}
+		lb.Release(ctx)
+	}
+}

@@ -928,13 +928,16 @@ func (s *Store) sessionsFor(req *driver.Request) bool {
 
 // KeepSession implements sessions.Store: one call of T_session. A new
 // session raises the longest TTL the grace period covers, durably, when
-// it must.
+// it must; none is made longer than MaxGrace, or on a durable table.
 func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
 	if s.partitioned.Load() {
 		return false, errors.New("mysql: partitioned (a test's fault)")
 	}
 	if err := s.begin(ctx); err != nil {
 		return false, err
+	}
+	if s.sessions == nil || ttl > s.opts.MaxGrace {
+		return false, nil
 	}
 	var status int8
 	err := retry(ctx, func() error {

@@ -86,60 +86,52 @@ func TestSessionRenewalWaitsForJudgment(t *testing.T) {
 	})
 }
 
-// TestSessionCrash: the server crashes (SIGKILL) while only their session
-// keeps two holds, past their own TTL. The restart empties the MEMORY
-// tables, sessions with them: the holder is told, nobody is granted before
-// its lease ended and the grace period passed, and the next token is
-// larger.
+// TestSessionCrash kills the server (SIGKILL) while only their session
+// keeps two holds (see drivertest.SessionCrash). The restart empties the
+// MEMORY tables, the sessions with them.
 func TestSessionCrash(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 120*time.Second)
 		tb := freshTable(t)
-		ttl := 2 * time.Second
-		st := open(t, tb)
-		a := client(t, st, &baton.Options{TTL: ttl})
-		drivertest.WaitSession(t, ctx, st, ttl)
-		lock := func(name string, o *baton.LockOptions) *baton.Lease {
-			l, err := a.TryLock(ctx, name, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { l.Release(context.Background()) })
-			return l
+		drivertest.SessionCrash(t, drivertest.SessionCrashConfig{
+			Env:  serversEnv,
+			Open: func(t testing.TB) driver.Store { return open(t, tb) },
+			Bound: func(t testing.TB, names []string) (n int) {
+				err := rawDB(t).QueryRow("SELECT COUNT(*) FROM "+tb+"_holds WHERE name IN (?, ?) AND sid <> ''", names[0], names[1]).Scan(&n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			},
+		})
+	})
+}
+
+// TestSessionNotRevived: a session that expired is never renewed again
+// (its holds may have gone to others); none is made longer than the grace
+// period covers, nor on a durable table.
+func TestSessionNotRevived(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		st := open(t, freshTable(t))
+		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, true); !ok || err != nil {
+			t.Fatalf("create: %v, %v", ok, err)
 		}
-		lock("crash/first", nil)
-		la := lock("crash/held", nil)
-		ls := lock("crash/shared", &baton.LockOptions{Shared: true})
-		time.Sleep(ttl + ttl/2) // past their own TTL: their session keeps them
-		if la.Err() != nil || ls.Err() != nil {
-			t.Fatalf("leases in a session lost before the crash: %v, %v", la.Err(), ls.Err())
+		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, false); !ok || err != nil {
+			t.Fatalf("renew a live session: %v, %v", ok, err)
 		}
-		var bound int
-		if err := rawDB(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+"_holds WHERE name IN ('crash/held', 'crash/shared') AND sid <> ''").Scan(&bound); err != nil || bound != 2 {
-			t.Fatalf("holds in a session: %d, %v; want 2", bound, err)
+		time.Sleep(200 * time.Millisecond)
+		if ok, err := st.KeepSession(ctx, "s1", time.Minute, false); ok || err != nil {
+			t.Errorf("renew an expired session: %v, %v; want false", ok, err)
 		}
-		drivertest.ServerCommand(t, serversEnv, "crash")
-		crashed := time.Now()
-		drivertest.ServerCommand(t, serversEnv, "up")
-		b := client(t, open(t, tb), nil)
-		for _, l := range []*baton.Lease{la, ls} {
-			lb, err := b.Lock(ctx, l.Name(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			granted := time.Now()
-			select {
-			case <-l.Done():
-			default:
-				t.Errorf("%s granted to another while its holder still held it", l.Name())
-			}
-			if d := granted.Sub(crashed); d < ttl {
-				t.Errorf("%s granted %v after the crash, within the grace period (%v)", l.Name(), d, ttl)
-			}
-			if lb.Token() <= l.Token() {
-				t.Errorf("%s: token %#x after the crash, not above %#x", l.Name(), lb.Token(), l.Token())
-			}
-			lb.Release(ctx)
+		if ok, err := st.KeepSession(ctx, "s2", time.Minute, false); ok || err != nil {
+			t.Errorf("renew a session never made: %v, %v; want false", ok, err)
+		}
+		if ok, err := st.KeepSession(ctx, "s3", mysql.DefaultMaxGrace+time.Second, true); ok || err != nil {
+			t.Errorf("create a session longer than the grace period: %v, %v; want false", ok, err)
+		}
+		durable := openWith(t, &mysql.Options{Table: freshTable(t), Durable: true})
+		if ok, err := durable.KeepSession(ctx, "s4", time.Second, true); ok || err != nil {
+			t.Errorf("create a session on a durable table: %v, %v; want false", ok, err)
 		}
 	})
 }

@@ -95,49 +95,15 @@ func TestSessionNotRevived(t *testing.T) {
 	})
 }
 
-// TestSessionCrash crashes the server (an immediate stop) while a client
-// holds leases that only its session keeps (past their own TTL): the
-// crash forgets the session, the holder is told when renewing it, and no
-// other client is granted a name before the holder's lease ended and the
-// grace period passed; its token is larger.
+// TestSessionCrash crashes the server (an immediate stop) while only
+// their session keeps two holds (see drivertest.SessionCrash).
 func TestSessionCrash(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 120*time.Second)
 		tb := freshTable(t)
-		ttl := 2 * time.Second
-		st := open(t, tb)
-		a := client(t, st, &baton.Options{TTL: ttl})
-		drivertest.WaitSession(t, ctx, st, ttl)
-		mustTryLock(t, ctx, a, "crash/first", nil)
-		la := mustTryLock(t, ctx, a, "crash/held", nil)
-		ls := mustTryLock(t, ctx, a, "crash/shared", &baton.LockOptions{Shared: true})
-		time.Sleep(ttl + ttl/2) // past their own TTL: their session keeps them
-		if la.Err() != nil || ls.Err() != nil {
-			t.Fatalf("leases in a session lost before the crash: %v, %v", la.Err(), ls.Err())
-		}
-		drivertest.ServerCommand(t, serversEnv, "crash")
-		crashed := time.Now()
-		drivertest.ServerCommand(t, serversEnv, "up")
-		b := client(t, open(t, tb), nil)
-		for _, l := range []*baton.Lease{la, ls} {
-			lb, err := b.Lock(ctx, l.Name(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			granted := time.Now()
-			select {
-			case <-l.Done():
-			default:
-				t.Errorf("%s granted to another while its holder still held it", l.Name())
-			}
-			if d := granted.Sub(crashed); d < ttl {
-				t.Errorf("%s granted %v after the crash, within the grace period (%v)", l.Name(), d, ttl)
-			}
-			if lb.Token() <= l.Token() {
-				t.Errorf("%s: token %#x after the crash, not above %#x", l.Name(), lb.Token(), l.Token())
-			}
-			lb.Release(ctx)
-		}
+		drivertest.SessionCrash(t, drivertest.SessionCrashConfig{
+			Env:  serversEnv,
+			Open: func(t testing.TB) driver.Store { return open(t, tb) },
+		})
 	})
 }
 
