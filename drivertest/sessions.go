@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/sessions"
 )
 
 // SessionsConfig says how to run Sessions on a store that binds the holds
@@ -300,4 +301,30 @@ func newClient(t testing.TB, st driver.Store, o *baton.Options) *baton.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// SessionNotRevived checks st's sessions (a store that keeps its own:
+// sessions.Store) below the Keeper: a session that expired is never
+// renewed again (its holds may have gone to others), nor is one never
+// made, and none is made longer than maxGrace, which the grace period
+// after a crash covers.
+func SessionNotRevived(t *testing.T, st sessions.Store, maxGrace time.Duration) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, true); !ok || err != nil {
+		t.Fatalf("create: %v, %v", ok, err)
+	}
+	if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, false); !ok || err != nil {
+		t.Fatalf("renew a live session: %v, %v", ok, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if ok, err := st.KeepSession(ctx, "s1", time.Minute, false); ok || err != nil {
+		t.Errorf("renew an expired session: %v, %v; want false", ok, err)
+	}
+	if ok, err := st.KeepSession(ctx, "s2", time.Minute, false); ok || err != nil {
+		t.Errorf("renew a session never made: %v, %v; want false", ok, err)
+	}
+	if ok, err := st.KeepSession(ctx, "s3", maxGrace+time.Second, true); ok || err != nil {
+		t.Errorf("create a session longer than the grace period: %v, %v; want false", ok, err)
+	}
 }

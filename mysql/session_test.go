@@ -106,31 +106,13 @@ func TestSessionCrash(t *testing.T) {
 	})
 }
 
-// TestSessionNotRevived: a session that expired is never renewed again
-// (its holds may have gone to others); none is made longer than the grace
-// period covers, nor on a durable table.
+// TestSessionNotRevived: see drivertest.SessionNotRevived; and a durable
+// table makes no session.
 func TestSessionNotRevived(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 30*time.Second)
-		st := open(t, freshTable(t))
-		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, true); !ok || err != nil {
-			t.Fatalf("create: %v, %v", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, false); !ok || err != nil {
-			t.Fatalf("renew a live session: %v, %v", ok, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-		if ok, err := st.KeepSession(ctx, "s1", time.Minute, false); ok || err != nil {
-			t.Errorf("renew an expired session: %v, %v; want false", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s2", time.Minute, false); ok || err != nil {
-			t.Errorf("renew a session never made: %v, %v; want false", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s3", mysql.DefaultMaxGrace+time.Second, true); ok || err != nil {
-			t.Errorf("create a session longer than the grace period: %v, %v; want false", ok, err)
-		}
+		drivertest.SessionNotRevived(t, open(t, freshTable(t)), mysql.DefaultMaxGrace)
 		durable := openWith(t, &mysql.Options{Table: freshTable(t), Durable: true})
-		if ok, err := durable.KeepSession(ctx, "s4", time.Second, true); ok || err != nil {
+		if ok, err := durable.KeepSession(ctxFor(t, 10*time.Second), "s4", time.Second, true); ok || err != nil {
 			t.Errorf("create a session on a durable table: %v, %v; want false", ok, err)
 		}
 	})

@@ -69,29 +69,10 @@ func mustTryLock(t *testing.T, ctx context.Context, c *baton.Client, name string
 	return l
 }
 
-// TestSessionNotRevived checks that a session that expired is never
-// renewed again (its holds may have gone to others), and that a session is
-// made only for TTLs the grace period after a crash covers.
+// TestSessionNotRevived: see drivertest.SessionNotRevived.
 func TestSessionNotRevived(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 30*time.Second)
-		st := open(t, freshTable(t))
-		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, true); !ok || err != nil {
-			t.Fatalf("create: %v, %v", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s1", 100*time.Millisecond, false); !ok || err != nil {
-			t.Fatalf("renew a live session: %v, %v", ok, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-		if ok, err := st.KeepSession(ctx, "s1", time.Minute, false); ok || err != nil {
-			t.Errorf("renew an expired session: %v, %v; want false", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s2", time.Minute, false); ok || err != nil {
-			t.Errorf("renew a session never made: %v, %v; want false", ok, err)
-		}
-		if ok, err := st.KeepSession(ctx, "s3", postgres.DefaultMaxGrace+time.Second, true); ok || err != nil {
-			t.Errorf("create a session longer than the grace period: %v, %v; want false", ok, err)
-		}
+		drivertest.SessionNotRevived(t, open(t, freshTable(t)), postgres.DefaultMaxGrace)
 	})
 }
 
