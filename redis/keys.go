@@ -16,11 +16,16 @@ func (s *Store) base(name string) string { return s.key(name, "") }
 
 func (s *Store) stateKey(name string) string { return s.key(name, "r") }
 
+// appendTag appends name's hash tag to b.
+func (s *Store) appendTag(b []byte, name string) []byte {
+	sum := sha256.Sum256([]byte(name))
+	return hex.AppendEncode(b, sum[:tagLen/2])
+}
+
 // key returns base(name) followed by suffix, in one allocation.
 func (s *Store) key(name, suffix string) string {
-	sum := sha256.Sum256([]byte(name))
 	var tag [tagLen]byte
-	hex.Encode(tag[:], sum[:tagLen/2])
+	s.appendTag(tag[:0], name)
 	var b strings.Builder
 	b.Grow(len(s.prefix) + tagLen + 4 + len(suffix))
 	b.WriteString(s.prefix)

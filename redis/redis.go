@@ -477,13 +477,7 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 	if len(holds) == 0 {
 		return out, nil
 	}
-	keys := make([]string, len(holds))
-	for i, h := range holds {
-		keys[i] = s.stateKey(h.Name)
-	}
-	calls := s.batch(keys, []any{s.linger}, func(i int, args []any) []any {
-		return append(args, holds[i].Owner, micros(holds[i].TTL))
-	})
+	calls := s.renewCalls(holds)
 	if err := s.run(ctx, renewScript, calls); err != nil {
 		return nil, fmt.Errorf("redis: renew: %w", err)
 	}
@@ -504,6 +498,51 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 		}
 	}
 	return out, nil
+}
+
+// renewCalls makes renew.lua's calls for holds: one per group of names
+// that can run together (see batch), each hold packed into one argument.
+func (s *Store) renewCalls(holds []driver.Hold) []*call {
+	var groups [][]int
+	if _, ok := s.rdb.(*redis.Client); ok {
+		all := make([]int, len(holds))
+		for i := range all {
+			all[i] = i
+		}
+		groups = [][]int{all}
+	} else {
+		keys := make([]string, len(holds))
+		for i, h := range holds {
+			keys[i] = s.stateKey(h.Name)
+		}
+		groups = s.groups(keys)
+	}
+	start := s.prefix + ":{"
+	var calls []*call
+	for _, g := range groups {
+		for part := range slices.Chunk(g, maxKeys) {
+			ttl := holds[part[0]].TTL
+			n := 0
+			for _, i := range part {
+				n += tagLen + 4 + len(holds[i].Owner) + 8
+				if holds[i].TTL != ttl {
+					ttl = 0
+				}
+			}
+			b := make([]byte, 0, n)
+			for _, i := range part {
+				b = s.appendTag(b, holds[i].Name)
+				b = binary.BigEndian.AppendUint32(b, uint32(len(holds[i].Owner)))
+				b = append(b, holds[i].Owner...)
+				if ttl == 0 {
+					b = binary.BigEndian.AppendUint64(b, math.Float64bits(float64(micros(holds[i].TTL))))
+				}
+			}
+			calls = append(calls, &call{idx: part, keys: []string{s.stateKey(holds[part[0]].Name)},
+				args: []any{s.linger, micros(ttl), start, b}})
+		}
+	}
+	return calls
 }
 
 // renewRecord is the length of renew.lua's reply per hold.

@@ -328,7 +328,9 @@ func TestBatches(t *testing.T) {
 				keys = append(keys, driver.Key{Name: n, Owner: "nobody"})
 				continue
 			}
-			if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o", Mode: driver.Shared, TTL: time.Second}); err != nil {
+			// A minute: List scans the whole keyspace, which may take
+			// seconds on a server with many keys.
+			if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: "o", Mode: driver.Shared, TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			holds = append(holds, driver.Hold{Name: n, Owner: "o", TTL: time.Duration(i+1) * time.Second})
@@ -338,7 +340,22 @@ func TestBatches(t *testing.T) {
 		if hs, err := s.List(ctx, &driver.Filter{Prefix: base}); err != nil || len(hs) != N-N/3 {
 			t.Errorf("List = %d holders, %v; want %d", len(hs), err, N-N/3)
 		}
-		gs, err := s.Renew(ctx, holds)
+		// One TTL for every hold (sent once per call), then one each.
+		same := slices.Clone(holds)
+		for i := range same {
+			same[i].TTL = 7 * time.Second
+		}
+		gs, err := s.Renew(ctx, same)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range gs {
+			want := i%3 != 0 && i < N || i == N
+			if (g != nil) != want || g != nil && g.Expires.Sub(g.Renewed) != 7*time.Second {
+				t.Errorf("renew %d (%s) for 7s: %+v, want held %v", i, holds[i].Name, g, want)
+			}
+		}
+		gs, err = s.Renew(ctx, holds)
 		if err != nil {
 			t.Fatal(err)
 		}

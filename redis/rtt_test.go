@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/drivertest"
 )
 
 // BenchmarkScriptRTT measures one client's round trip to a script that
@@ -46,5 +48,19 @@ func BenchmarkScriptRTT(b *testing.B) {
 	b.Run("ping", func(b *testing.B) { run(b, func() { rdb.Ping(ctx) }) })
 	for _, n := range []int{0, 300, 1000, 3000, 10000} {
 		b.Run(fmt.Sprintf("loop=%d", n), func(b *testing.B) { run(b, func() { loop.Run(ctx, rdb, nil, n) }) })
+	}
+}
+
+// BenchmarkRenewMany measures the store's Renew of 1,000 holds (one owner,
+// names of their own), the call keepalive makes for a client that holds
+// many locks; ns/op is one call, B/op and allocs/op the client's share.
+//
+//	go test -run XXX -bench RenewMany -benchmem -benchtime 300x -count 3 ./redis
+func BenchmarkRenewMany(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		b.Run(srv.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			drivertest.RenewMany(b, open(b, nil), 1000)
+		})
 	}
 }
