@@ -3,6 +3,7 @@ package redis
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -97,21 +98,22 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// groups splits the indexes of keys into groups that one script may
-// touch together: all of them on a single server, one group per hash slot
-// on a cluster, one per hash tag on anything else (a Ring).
-func (s *Store) groups(keys []string) [][]int {
-	if len(keys) == 0 {
+// groups splits the indexes 0…n-1 of keys into groups that one script may
+// run on together, of at most maxKeys each: all of them on one server, the
+// keys of one slot in a cluster, of one name with a Ring. key(i) is the
+// i-th key, asked for only when the keys are spread.
+func (s *Store) groups(n int, key func(i int) string) [][]int {
+	if n == 0 {
 		return nil
 	}
 	var by func(string) any
 	switch s.rdb.(type) {
 	case *redis.Client:
-		all := make([]int, len(keys))
+		all := make([]int, n)
 		for i := range all {
 			all[i] = i
 		}
-		return [][]int{all}
+		return slices.Collect(slices.Chunk(all, maxKeys))
 	case *redis.ClusterClient:
 		by = func(k string) any { return slot(k) }
 	default:
@@ -119,10 +121,10 @@ func (s *Store) groups(keys []string) [][]int {
 	}
 	var out [][]int
 	at := map[any]int{}
-	for i, k := range keys {
-		g := by(k)
+	for i := range n {
+		g := by(key(i))
 		j, ok := at[g]
-		if !ok {
+		if !ok || len(out[j]) == maxKeys {
 			j = len(out)
 			at[g] = j
 			out = append(out, nil)

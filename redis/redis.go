@@ -422,15 +422,7 @@ const maxKeys = 256
 // appends to args for every key i of the group.
 func (s *Store) batch(keys []string, common []any, item func(i int, args []any) []any) []*call {
 	var calls []*call
-	var groups [][]int
-	for _, g := range s.groups(keys) {
-		for len(g) > maxKeys {
-			groups = append(groups, g[:maxKeys])
-			g = g[maxKeys:]
-		}
-		groups = append(groups, g)
-	}
-	for _, g := range groups {
+	for _, g := range s.groups(len(keys), func(i int) string { return keys[i] }) {
 		c := &call{idx: g, keys: make([]string, len(g)), args: append(make([]any, 0, len(common)+2*len(g)), common...)}
 		for j, i := range g {
 			c.keys[j] = keys[i]
@@ -501,46 +493,30 @@ func (s *Store) Renew(ctx context.Context, holds []driver.Hold) ([]*driver.Grant
 }
 
 // renewCalls makes renew.lua's calls for holds: one per group of names
-// that can run together (see batch), each hold packed into one argument.
+// that can run together (see groups), each hold packed into one argument.
 func (s *Store) renewCalls(holds []driver.Hold) []*call {
-	var groups [][]int
-	if _, ok := s.rdb.(*redis.Client); ok {
-		all := make([]int, len(holds))
-		for i := range all {
-			all[i] = i
-		}
-		groups = [][]int{all}
-	} else {
-		keys := make([]string, len(holds))
-		for i, h := range holds {
-			keys[i] = s.stateKey(h.Name)
-		}
-		groups = s.groups(keys)
-	}
 	start := s.prefix + ":{"
 	var calls []*call
-	for _, g := range groups {
-		for part := range slices.Chunk(g, maxKeys) {
-			ttl := holds[part[0]].TTL
-			n := 0
-			for _, i := range part {
-				n += tagLen + 4 + len(holds[i].Owner) + 8
-				if holds[i].TTL != ttl {
-					ttl = 0
-				}
+	for _, g := range s.groups(len(holds), func(i int) string { return s.stateKey(holds[i].Name) }) {
+		ttl := holds[g[0]].TTL
+		n := 0
+		for _, i := range g {
+			n += tagLen + 4 + len(holds[i].Owner) + 8
+			if holds[i].TTL != ttl {
+				ttl = 0
 			}
-			b := make([]byte, 0, n)
-			for _, i := range part {
-				b = s.appendTag(b, holds[i].Name)
-				b = binary.BigEndian.AppendUint32(b, uint32(len(holds[i].Owner)))
-				b = append(b, holds[i].Owner...)
-				if ttl == 0 {
-					b = binary.BigEndian.AppendUint64(b, math.Float64bits(float64(micros(holds[i].TTL))))
-				}
-			}
-			calls = append(calls, &call{idx: part, keys: []string{s.stateKey(holds[part[0]].Name)},
-				args: []any{s.linger, micros(ttl), start, b}})
 		}
+		b := make([]byte, 0, n)
+		for _, i := range g {
+			b = s.appendTag(b, holds[i].Name)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(holds[i].Owner)))
+			b = append(b, holds[i].Owner...)
+			if ttl == 0 {
+				b = binary.BigEndian.AppendUint64(b, math.Float64bits(float64(micros(holds[i].TTL))))
+			}
+		}
+		calls = append(calls, &call{idx: g, keys: []string{s.stateKey(holds[g[0]].Name)},
+			args: []any{s.linger, micros(ttl), start, b}})
 	}
 	return calls
 }
