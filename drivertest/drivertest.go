@@ -13,6 +13,10 @@
 //     change nothing; lost-lease notification before anyone else can be
 //     granted; cancellation of a wait; elections; run-under-lock;
 //   - bad input and odd names; no goroutine left after Close.
+//
+// Model and SessionModel are random walks against package lockstate. Each
+// logs its seed; DRIVERTEST_SEED=<seed> repeats a walk, and
+// DRIVERTEST_MODEL_DEBUG=1 logs its steps.
 package drivertest
 
 import (

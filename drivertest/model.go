@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,8 @@ type ModelConfig struct {
 	FixedModes bool
 	// Steps is the length of the random walk (default 600).
 	Steps int
-	// Seed makes the walk repeatable (0: a random one, logged).
+	// Seed makes the walk repeatable (0: DRIVERTEST_SEED, or a random
+	// one, logged).
 	Seed uint64
 	// AfterStep, if set, checks more after each step: promoted are the
 	// queued owners the model granted by hand-off, with the model's
@@ -60,10 +62,7 @@ func Model(t *testing.T, cfg ModelConfig) {
 	if steps <= 0 {
 		steps = 600
 	}
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
+	seed := walkSeed(t, cfg.Seed)
 	t.Logf("model check: seed %d, %d steps", seed, steps)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -348,6 +347,22 @@ func Model(t *testing.T, cfg ModelConfig) {
 }
 
 var debugModel = os.Getenv("DRIVERTEST_MODEL_DEBUG") != ""
+
+// walkSeed is a random walk's seed: seed if set, else DRIVERTEST_SEED (to
+// repeat a walk a failure logged), else a random one.
+func walkSeed(t testing.TB, seed uint64) uint64 {
+	if seed != 0 {
+		return seed
+	}
+	if v := os.Getenv("DRIVERTEST_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("drivertest: DRIVERTEST_SEED=%q: %v", v, err)
+		}
+		return s
+	}
+	return rand.Uint64()
+}
 
 func entries(es []lockstate.Entry) []string {
 	var out []string

@@ -42,6 +42,9 @@ type SessionModelConfig struct {
 	LowerBound bool
 	// AfterStep, if set, checks more after each step.
 	AfterStep func(t testing.TB, step int, what string, names []string)
+	// Seed makes the walk repeatable (0: DRIVERTEST_SEED, or a random
+	// one, logged).
+	Seed uint64
 }
 
 // AcquireStatus converts the status of the SQL stores' acquire functions
@@ -73,7 +76,7 @@ func AcquireStatus(status int, token uint64) (*driver.Grant, error) {
 // live holders, with their time left.
 func SessionModel(t *testing.T, cfg SessionModelConfig) {
 	t.Helper()
-	seed := rand.Uint64()
+	seed := walkSeed(t, cfg.Seed)
 	t.Logf("session model: seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	const unit = 10 * time.Second
@@ -133,6 +136,9 @@ func SessionModel(t *testing.T, cfg SessionModelConfig) {
 			}
 			what = fmt.Sprintf("acquire %s by %s, mode %d limit %d ttl %v session %q", name, owner, mode, limit, ttl, sid)
 			req := &driver.Request{Name: name, Owner: owner, Mode: mode, Limit: limit, TTL: ttl}
+			if debugModel {
+				t.Logf("step %d: %s", step, what)
+			}
 			g, bound, err := cfg.Acquire(t, req, sid)
 			mg, merr := st.Acquire(req, now)
 			wantBound := false
@@ -241,6 +247,9 @@ func SessionModel(t *testing.T, cfg SessionModelConfig) {
 					t.Fatalf("step %d (%s): %s held by %v, want %v", step, what, n, got, want)
 				}
 			}
+		}
+		if debugModel {
+			t.Logf("step %d done: %s", step, what)
 		}
 		if cfg.AfterStep != nil {
 			cfg.AfterStep(t, step, what, names)

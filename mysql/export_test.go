@@ -3,7 +3,9 @@ package mysql
 import (
 	"context"
 	"net/url"
+	"regexp"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -87,3 +89,27 @@ func SetMaxBells(s *Store, n int) {
 type Faulty struct{ *Store }
 
 func (f Faulty) SetPartitioned(down bool) { f.Store.partitioned.Store(down) }
+
+// holdsDelete matches the procedures' DELETE statements.
+var holdsDelete = regexp.MustCompile(`DELETE (h )?FROM [^;]*;`)
+
+// MissDeletes makes the tables created until t ends delete less than they
+// ask for, as MariaDB's MEMORY tables were seen to (one row of two; see
+// T_grant): a deletion of entries removes only the first row it finds,
+// and one of expired entries across names removes none.
+func MissDeletes(t testing.TB) {
+	old := ddlTemplate
+	ddlTemplate = holdsDelete.ReplaceAllStringFunc(old, func(d string) string {
+		switch {
+		case !strings.Contains(d, "{HOLDS}"):
+			return d
+		case strings.HasPrefix(d, "DELETE h "):
+			if strings.Contains(d, "expires <= v_now") {
+				return "DO 0;"
+			}
+			return d
+		}
+		return strings.TrimSuffix(d, ";") + " LIMIT 1;"
+	})
+	t.Cleanup(func() { ddlTemplate = old })
+}
