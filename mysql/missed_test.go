@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"database/sql"
 	"strconv"
 	"testing"
 	"time"
@@ -28,11 +29,7 @@ func TestRenewPastExpiryMissedDeletes(t *testing.T) {
 				for _, n := range names {
 					// "a" first in the name's rows: the deletion that
 					// removes only its first row removes a's.
-					for _, o := range []string{"a", "b"} {
-						if _, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: o, Mode: driver.Shared, TTL: 30 * time.Second}); err != nil {
-							t.Fatal(err)
-						}
-					}
+					shareAll(t, s, n, "a", "b")
 					holds = append(holds, driver.Hold{Name: n, Owner: "b", TTL: 30 * time.Second})
 				}
 				// Hold the names' stripes, so that the renewal waits.
@@ -86,12 +83,8 @@ func TestRenewPastExpiryMissedDeletes(t *testing.T) {
 						t.Errorf("%s renewed after it expired: %+v", names[i], g)
 					}
 				}
-				var live int
-				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+"_holds WHERE expires > UTC_TIMESTAMP(6)").Scan(&live); err != nil {
-					t.Fatal(err)
-				}
-				if live != 0 {
-					t.Errorf("%d live holds, want none", live)
+				if n := liveHolds(t, db, tb); n != 0 {
+					t.Errorf("%d live holds, want none", n)
 				}
 			})
 		}
@@ -109,11 +102,7 @@ func TestReleaseMissedDeletes(t *testing.T) {
 		tb := freshTable(t)
 		s := openWith(t, &mysql.Options{Table: tb, MaxGrace: 3 * time.Second})
 		db := rawDB(t)
-		for _, o := range []string{"a", "b"} { // a's row comes first
-			if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: o, Mode: driver.Shared, TTL: 30 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		shareAll(t, s, "n", "a", "b") // a's row comes first
 		if _, err := db.ExecContext(ctx, "UPDATE "+tb+"_holds SET expires = expires - INTERVAL 1 MINUTE WHERE owner = 'a'"); err != nil {
 			t.Fatal(err)
 		}
@@ -121,12 +110,8 @@ func TestReleaseMissedDeletes(t *testing.T) {
 		if err != nil || !held[0] {
 			t.Fatalf("release: %v, %v", held, err)
 		}
-		var live int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+"_holds WHERE expires > UTC_TIMESTAMP(6)").Scan(&live); err != nil {
-			t.Fatal(err)
-		}
-		if live != 0 {
-			t.Errorf("%d live holds after the release, want none", live)
+		if n := liveHolds(t, db, tb); n != 0 {
+			t.Errorf("%d live holds after the release, want none", n)
 		}
 	})
 }
@@ -141,11 +126,7 @@ func TestPurgeMissedDeletes(t *testing.T) {
 		tb := freshTable(t)
 		s := open(t, tb)
 		db := rawDB(t)
-		for _, o := range []string{"a", "b", "c"} {
-			if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: o, Mode: driver.Shared, TTL: 30 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		shareAll(t, s, "n", "a", "b", "c")
 		if _, err := db.ExecContext(ctx, "UPDATE "+tb+"_holds SET expires = expires - INTERVAL 1 MINUTE"); err != nil {
 			t.Fatal(err)
 		}
@@ -159,4 +140,24 @@ func TestPurgeMissedDeletes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// shareAll takes name in shared mode for each owner, for 30 s.
+func shareAll(t testing.TB, s *mysql.Store, name string, owners ...string) {
+	t.Helper()
+	for _, o := range owners {
+		if _, err := s.Acquire(ctxFor(t, time.Minute), &driver.Request{Name: name, Owner: o, Mode: driver.Shared, TTL: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// liveHolds counts the live entries of table tb.
+func liveHolds(t testing.TB, db *sql.DB, tb string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(ctxFor(t, time.Minute), "SELECT COUNT(*) FROM "+tb+"_holds WHERE expires > UTC_TIMESTAMP(6)").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
