@@ -11,6 +11,25 @@ import (
 	"github.com/baton-go/baton/mysql"
 )
 
+// TestGrantMissedDeletes: an owner whose expired hold outlives the
+// deletion of the name's expired entries (as on a MariaDB MEMORY table:
+// see TestSessionModelMissedDeletes) is granted the name again.
+func TestGrantMissedDeletes(t *testing.T) {
+	mysql.MissDeletes(t)
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		tb := freshTable(t)
+		s := open(t, tb)
+		shareAll(t, s, "n", "a", "b") // the deletion removes only a's
+		if _, err := rawDB(t).ExecContext(ctx, "UPDATE "+tb+"_holds SET expires = expires - INTERVAL 1 MINUTE"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "b", Mode: driver.Exclusive, TTL: 30 * time.Second}); err != nil {
+			t.Fatalf("b's acquire after its hold expired: %v", err)
+		}
+	})
+}
+
 // TestRenewPastExpiryMissedDeletes: a renewal that waits for its name's
 // lock while the hold expires does not renew it, even when the deletion
 // of expired entries it runs first misses the hold (as a MariaDB MEMORY
