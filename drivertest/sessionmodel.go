@@ -40,6 +40,10 @@ type SessionModelConfig struct {
 	// lower bound (a store that reads sessions only for holders past the
 	// expiry it has for them: lockstate.State.Sessions).
 	LowerBound bool
+	// LiveOnly says that the store binds a new hold only to a live
+	// session: one asked for in a session that expired is granted in
+	// none.
+	LiveOnly bool
 	// AfterStep, if set, checks more after each step.
 	AfterStep func(t testing.TB, step int, what string, names []string)
 	// Seed makes the walk repeatable (0: DRIVERTEST_SEED, or a random
@@ -147,8 +151,10 @@ func SessionModel(t *testing.T, cfg SessionModelConfig) {
 				i := slices.IndexFunc(st.Holders, func(e lockstate.Entry) bool { return e.Owner == owner })
 				wantBound = sid != "" && st.Holders[i].Session == sid
 			case mg != nil && sid != "":
-				st.Bind(owner, sid)
-				wantBound = true
+				if _, ok := live(sid); ok || !cfg.LiveOnly {
+					st.Bind(owner, sid)
+					wantBound = true
+				}
 			}
 			if got, want := outcome(g, bound, err), outcome(mg, wantBound, merr); got != want {
 				t.Fatalf("step %d (%s): %s, want %s", step, what, got, want)

@@ -27,11 +27,21 @@ type SessionsConfig struct {
 	Count func(t testing.TB) int
 	// Slow multiplies the TTLs (default 1).
 	Slow float64
+	// CloseMeta, if set, is the metadata of one of the leases that
+	// CloseReleases has Close release (a store that keeps long metadata
+	// apart can take that path).
+	CloseMeta map[string]string
+	// AfterClose, if set, checks the store after CloseReleases's Close
+	// (every name it used starts with prefix): no hold of a session, no
+	// session's record left.
+	AfterClose func(t testing.TB, prefix string)
 }
 
 // Sessions checks a store's sessions through baton's API: holds past
 // their own TTL that only their session keeps, Purge, Status, a session
-// lost to a partition, an extended hold's binding, and Close.
+// lost to a partition, an extended hold's binding, a session ended by
+// Close, and Close releasing a session's holds (handing a name to its
+// waiter).
 func Sessions(t *testing.T, cfg SessionsConfig) {
 	if cfg.Slow <= 0 {
 		cfg.Slow = 1
@@ -41,6 +51,7 @@ func Sessions(t *testing.T, cfg SessionsConfig) {
 	t.Run("Lost", func(t *testing.T) { sessionLost(t, cfg, ttl) })
 	t.Run("ExtendedKeepsBinding", func(t *testing.T) { sessionExtendedKeepsBinding(t, cfg) })
 	t.Run("EndsOnClose", func(t *testing.T) { sessionEndsOnClose(t, cfg) })
+	t.Run("CloseReleases", func(t *testing.T) { sessionCloseReleases(t, cfg) })
 }
 
 // WaitSession waits until st binds holds of ttl to a session: the store
@@ -290,6 +301,97 @@ func sessionEndsOnClose(t *testing.T, cfg SessionsConfig) {
 		if n := cfg.Count(t); n != before-1 {
 			t.Errorf("%d sessions after Close, want %d", n, before-1)
 		}
+	}
+}
+
+// releaseCounter counts the keys a client releases one by one.
+type releaseCounter struct {
+	driver.Store
+	keys atomic.Int64
+}
+
+func (r *releaseCounter) Release(ctx context.Context, keys []driver.Key) ([]bool, error) {
+	r.keys.Add(int64(len(keys)))
+	return r.Store.Release(ctx, keys)
+}
+
+// sessionReleaseCounter also counts the sessions it releases at once, for
+// a store that does (driver.SessionReleaser).
+type sessionReleaseCounter struct {
+	*releaseCounter
+	sr       driver.SessionReleaser
+	sessions atomic.Int64
+}
+
+func (r *sessionReleaseCounter) ReleaseSession(ctx context.Context, x driver.Session) error {
+	r.sessions.Add(1)
+	return r.sr.ReleaseSession(ctx, x)
+}
+
+// sessionCloseReleases: a client's Close releases the leases in its
+// session (with one call, on a store that releases a session at once),
+// hands a name to the waiter queued for it, frees the others at once,
+// and leaves no goroutine behind.
+func sessionCloseReleases(t *testing.T, cfg SessionsConfig) {
+	leaks := goleak.IgnoreCurrent()
+	ctx := ctxFor(t, 60*time.Second)
+	st := cfg.Open(t)
+	rc := &releaseCounter{Store: st}
+	var counted driver.Store = rc
+	sr, bySession := st.(driver.SessionReleaser)
+	var src *sessionReleaseCounter
+	if bySession {
+		src = &sessionReleaseCounter{releaseCounter: rc, sr: sr}
+		counted = src
+	}
+	a, err := baton.New(counted, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ttl := 15 * time.Second
+	WaitSession(t, ctx, st, ttl)
+	p := name(t) + "/"
+	mustTry(t, ctx, a, p+"first", nil) // in no session: the client held no other lease
+	names := []string{p + "1", p + "2", p + "shared", p + "meta"}
+	for _, n := range names {
+		o := &baton.LockOptions{Shared: n == p+"shared"}
+		if n == p+"meta" {
+			o.Meta = cfg.CloseMeta
+		}
+		mustTry(t, ctx, a, n, o)
+	}
+	b := newClient(t, cfg.Open(t), nil)
+	woken := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(ctx, names[0], nil)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		woken <- err
+	}()
+	waitQueued(t, ctx, b, names[0], 1)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if bySession && (src.sessions.Load() != 1 || rc.keys.Load() != 1) {
+		t.Errorf("Close released %d sessions and %d keys one by one; want 1 and 1", src.sessions.Load(), rc.keys.Load())
+	}
+	select {
+	case err := <-woken:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the lock")
+	}
+	for _, n := range names[1:] {
+		release(t, ctx, mustTry(t, ctx, b, n, nil))
+	}
+	b.Close()
+	goleak.VerifyNone(t, leaks)
+	if cfg.AfterClose != nil {
+		cfg.AfterClose(t, p)
 	}
 }
 

@@ -137,9 +137,9 @@ func (w *worker) run(ctx context.Context) error {
 	if w.rng.IntN(2) == 0 {
 		// Hold a lock of the worker's own for its life: baton offers the
 		// leases a client takes while it holds another to the store's
-		// session, where the store keeps one (SQLite, PostgreSQL), so that
-		// half the workers run their leases in sessions and half on their
-		// own.
+		// session, where the store keeps one (SQLite, PostgreSQL, MySQL,
+		// Redis), so that half the workers run their leases in sessions
+		// and half on their own.
 		octx, cancel := context.WithTimeout(ctx, 2*w.cfg.TTL)
 		_, err := client.TryLock(octx, w.cfg.Prefix+"own-"+baton.NewOwner(), nil)
 		cancel()

@@ -1,11 +1,9 @@
 package mysql_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +26,16 @@ func TestSessions(t *testing.T) {
 				return n
 			},
 			Slow: 2,
+			// Kept in T_meta: Close releases it through T_release.
+			CloseMeta: map[string]string{"m": strings.Repeat("m", 400)},
+			AfterClose: func(t testing.TB, prefix string) {
+				var bound, metas int
+				err := rawDB(t).QueryRow("SELECT (SELECT COUNT(*) FROM "+tb+"_holds WHERE name LIKE CONCAT(?, '%') AND sid <> ''), "+
+					"(SELECT COUNT(*) FROM "+tb+"_meta WHERE name LIKE CONCAT(?, '%'))", prefix, prefix).Scan(&bound, &metas)
+				if err != nil || bound != 0 || metas != 0 {
+					t.Fatalf("after Close: %d holds in a session and %d rows of metadata, %v; want none", bound, metas, err)
+				}
+			},
 		})
 	})
 }
@@ -220,92 +228,4 @@ func BenchmarkSessionRenewal(b *testing.B) {
 			})
 		}
 	}
-}
-
-// sessionReleases counts how a client's Close releases: the keys it
-// releases one by one, and the sessions it releases at once.
-type sessionReleases struct {
-	*mysql.Store
-	keys, sessions atomic.Int64
-}
-
-func (r *sessionReleases) ReleaseQuiet(ctx context.Context, keys []driver.Key) error {
-	r.keys.Add(int64(len(keys)))
-	return r.Store.ReleaseQuiet(ctx, keys)
-}
-
-func (r *sessionReleases) ReleaseSession(ctx context.Context, x driver.Session) error {
-	r.sessions.Add(1)
-	return r.Store.ReleaseSession(ctx, x)
-}
-
-// TestCloseReleasesSession: a client's Close releases the holds in its
-// session with one call, plain holds and holds whose metadata is kept in
-// InnoDB alike; another client may take their names at once, and one that
-// waited for a name is woken.
-func TestCloseReleasesSession(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
-		ctx := ctxFor(t, 60*time.Second)
-		tb := freshTable(t)
-		st := &sessionReleases{Store: open(t, tb)}
-		a, err := baton.New(st, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		drivertest.WaitSession(t, ctx, st.Store, 15*time.Second)
-		mustLock := func(name string, o *baton.LockOptions) *baton.Lease {
-			l, err := a.TryLock(ctx, name, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		}
-		mustLock("c/first", nil)
-		long := strings.Repeat("m", 400) // kept in T_meta
-		names := []string{"c/1", "c/2", "c/meta"}
-		for _, n := range names {
-			o := &baton.LockOptions{}
-			if n == "c/meta" {
-				o.Meta = map[string]string{"m": long}
-			}
-			mustLock(n, o)
-		}
-		db := rawDB(t)
-		var bound, metas int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb+"_holds WHERE name LIKE 'c/%' AND sid <> ''").Scan(&bound); err != nil || bound < len(names) {
-			t.Fatalf("holds in a session: %d, %v; want at least %d", bound, err, len(names))
-		}
-		b := client(t, open(t, tb), nil)
-		woken := make(chan error, 1)
-		go func() {
-			l, err := b.Lock(ctx, "c/1", nil)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			woken <- err
-		}()
-		time.Sleep(200 * time.Millisecond) // b waits
-		if err := a.Close(); err != nil {
-			t.Fatal(err)
-		}
-		// c/first, taken while the client held no other lease, is in no
-		// session.
-		if st.sessions.Load() != 1 || st.keys.Load() != 1 {
-			t.Errorf("Close released %d sessions and %d keys one by one; want 1 and 1", st.sessions.Load(), st.keys.Load())
-		}
-		if err := <-woken; err != nil {
-			t.Fatalf("the waiter: %v", err)
-		}
-		for _, n := range names[1:] {
-			l, err := b.TryLock(ctx, n, nil)
-			if err != nil {
-				t.Fatalf("TryLock %s after the holder's Close: %v", n, err)
-			}
-			l.Release(ctx)
-		}
-		if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM "+tb+"_holds WHERE sid <> ''), (SELECT COUNT(*) FROM "+tb+"_meta)").Scan(&bound, &metas); err != nil || bound != 0 || metas != 0 {
-			t.Fatalf("after Close: %d holds in a session and %d rows of metadata, %v; want none", bound, metas, err)
-		}
-	})
 }

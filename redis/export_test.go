@@ -1,6 +1,14 @@
 package redis
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/driver"
+)
 
 // ParseURL exposes parseURL to the tests.
 func ParseURL(rawURL string, opts *Options) (*redis.Options, *Options, error) {
@@ -13,3 +21,54 @@ func (s *Store) CounterKey(name string) string     { return s.base(name) + "c" }
 func (s *Store) QueueKey(name string) string       { return s.base(name) + "q" }
 func (s *Store) Mailbox(name, owner string) string { return s.base(name) + "w:" + owner }
 func Slot(key string) int                          { return slot(key) }
+
+// Faulty is a store with the test hook drivertest looks for
+// (drivertest.Partitioner): a partition fails its session renewals.
+type Faulty struct{ *Store }
+
+func (f Faulty) SetPartitioned(down bool) { f.Store.partitioned.Store(down) }
+
+// AcquireIn runs the acquire script for req in session sid ("" for none)
+// and says whether the hold is bound to it.
+func (s *Store) AcquireIn(ctx context.Context, req *driver.Request, sid string) (*driver.Grant, bool, error) {
+	in, err := encodeInfo(req.Host, req.Meta)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.acquire(ctx, req, in, sid)
+}
+
+// SessionKey is the key of session id.
+func (s *Store) SessionKey(id string) string { return s.sessionKey(id) }
+
+// SessionCounts returns what the client saw the server count of session
+// id: bindings and unbindings.
+func (s *Store) SessionCounts(id string) (binds, unbinds int64) {
+	s.mu.Lock()
+	c := s.counted[id]
+	s.mu.Unlock()
+	if c == nil {
+		return -1, -1
+	}
+	return c.binds.Load(), c.unbinds.Load()
+}
+
+// FakeClock makes every script read the server's time plus the
+// microseconds that key holds, until the test ends.
+func FakeClock(t testing.TB, key string) {
+	t.Helper()
+	vars := map[string]**redis.Script{
+		"acquire": &acquireScript, "renew": &renewScript, "release": &releaseScript, "list": &listScript,
+		"purge": &purgeScript, "poke": &pokeScript, "session": &sessionScript,
+	}
+	const old = "return t[1] * 1000000 + t[2]"
+	for name, v := range vars {
+		src := luaSource(name)
+		if !strings.Contains(src, old) {
+			t.Fatalf("script %s: no %q to fake", name, old)
+		}
+		prev := *v
+		*v = redis.NewScript(strings.Replace(src, old, old+" + (tonumber(redis.call('GET', '"+key+"')) or 0)", 1))
+		t.Cleanup(func() { *v = prev })
+	}
+}

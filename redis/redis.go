@@ -69,6 +69,15 @@
 // most Options.MaxWaiters block at once per Store. See
 // docs/stores/redis.md#hand-off.
 //
+// Sessions: on one server (a plain client, or Sentinel's FailoverClient),
+// the holds a client keeps alive while it holds other leases are bound to
+// a session of the Store's, which the client renews every third of the
+// TTL in place of each hold; the server then extends the holds, a
+// thousand a call. A session that lost a hold, or whose server lost a
+// grant or release of this client, ends, and so do its leases. A Store
+// over a Cluster or a Ring keeps no sessions. See
+// docs/stores/redis.md#sessions.
+//
 // The store logs nothing. go-redis logs connection trouble to stderr
 // unless a program routes or silences it with redis.SetLogger.
 package redis
@@ -84,12 +93,14 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
+	"github.com/baton-go/baton/driver/sessions"
 )
 
 func init() {
@@ -150,7 +161,15 @@ type Store struct {
 	blocked    map[*watch]struct{} // watches with a pipeline in flight
 	prefetched map[*driver.Request]*prefetch
 	marks      map[*driver.Request]mark
+	counted    map[string]*counts // by session id: what the client saw the server count
+
+	sessions    *sessions.Keeper // nil on a Cluster or Ring
+	partitioned atomic.Bool      // a test's: session renewals fail
 }
+
+// counts are the bindings and unbindings of a session that the client
+// saw the server count (see session.lua).
+type counts struct{ binds, unbinds atomic.Int64 }
 
 // New returns a store over rdb: a *redis.Client (single server, or a
 // Sentinel-backed FailoverClient), a *redis.ClusterClient or a *redis.Ring.
@@ -187,8 +206,12 @@ func New(rdb redis.UniversalClient, opts *Options) (*Store, error) {
 		blocked:    map[*watch]struct{}{},
 		prefetched: map[*driver.Request]*prefetch{},
 		marks:      map[*driver.Request]mark{},
+		counted:    map[string]*counts{},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	if _, ok := rdb.(*redis.Client); ok {
+		s.sessions = sessions.New(s)
+	}
 	return s, nil
 }
 
@@ -330,28 +353,59 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if err != nil {
 		return nil, err
 	}
+	var x *sessions.Session
+	if req.KeepAlive && s.sessions != nil {
+		x = s.sessions.Session(req.TTL, false)
+	}
+	sid := ""
+	if x != nil {
+		sid = x.ID()
+	}
+	g, bound, err := s.acquire(ctx, req, in, sid)
+	switch {
+	case err != nil:
+	case bound:
+		g.Session = x
+	case x == nil && req.KeepAlive && s.sessions != nil:
+		s.sessions.Session(req.TTL, true) // makes one, for the grants to come
+	}
+	return g, err
+}
+
+// acquire runs the acquire script for req. A new hold is bound to session
+// sid if sid is not empty and the session is live on the server; bound
+// says whether the hold granted or extended is bound to sid.
+func (s *Store) acquire(ctx context.Context, req *driver.Request, in, sid string) (*driver.Grant, bool, error) {
 	b := s.base(req.Name)
+	keys := []string{b + "r", b + "q", b + "c"}
+	if sid != "" {
+		keys = append(keys, s.sessionKey(sid))
+	}
 	sent := time.Now()
-	v, err := acquireScript.Run(ctx, s.rdb, []string{b + "r", b + "q", b + "c"},
-		req.Name, req.Owner, s.acquireArgs(req), in).Int64Slice()
+	v, err := acquireScript.Run(ctx, s.rdb, keys, req.Name, req.Owner, s.acquireArgs(req), in, sid).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redis: acquire: %w", err)
+		return nil, false, fmt.Errorf("redis: acquire: %w", err)
 	}
 	switch {
-	case len(v) == 6 && v[0] == 1:
-		return &driver.Grant{Token: uint64(v[1]), Created: usTime(v[2]), Renewed: usTime(v[3]),
-			Expires: usTime(v[4]), Extended: v[5] == 1}, nil
+	case len(v) == 7 && v[0] == 1:
+		g := &driver.Grant{Token: uint64(v[1]), Created: usTime(v[2]), Renewed: usTime(v[3]),
+			Expires: usTime(v[4]), Extended: v[5] == 1}
+		bound := v[6] == 1
+		if bound && !g.Extended {
+			s.count(sid, 1, 0)
+		}
+		return g, bound, nil
 	case len(v) == 3 && v[0] == 0:
 		if req.Queue {
 			s.setMark(req, mark{sent: sent, at: v[2]})
 		}
-		return nil, &driver.Busy{After: time.Duration(v[1]) * time.Microsecond}
+		return nil, false, &driver.Busy{After: time.Duration(v[1]) * time.Microsecond}
 	case len(v) == 1 && v[0] == -1:
-		return nil, driver.ErrModeConflict
+		return nil, false, driver.ErrModeConflict
 	case len(v) == 1 && v[0] == -2:
-		return nil, driver.ErrLimitConflict
+		return nil, false, driver.ErrLimitConflict
 	}
-	return nil, fmt.Errorf("redis: acquire: unexpected reply %v", v)
+	return nil, false, fmt.Errorf("redis: acquire: unexpected reply %v", v)
 }
 
 // acquireArgs packs the numbers the acquire script needs as big-endian
@@ -563,15 +617,148 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 		return nil, fmt.Errorf("redis: release: %w", err)
 	}
 	for _, c := range calls {
-		rs, err := c.cmd.Int64Slice()
-		if err != nil || len(rs) != len(c.idx) {
+		rs, err := c.cmd.Slice()
+		if err != nil || len(rs) < len(c.idx) {
 			return nil, fmt.Errorf("redis: release: unexpected reply %v (%v)", rs, err)
 		}
-		for j, r := range rs {
-			out[c.idx[j]] = r == 1
+		for j, i := range c.idx {
+			out[i] = rs[j] == int64(1)
+		}
+		for _, r := range rs[len(c.idx):] { // the sessions of bound holds released
+			if sid, ok := r.(string); ok {
+				s.count(sid, 0, 1)
+			}
 		}
 	}
 	return out, nil
+}
+
+// sessionKey is the key of session id (see head.lua).
+func (s *Store) sessionKey(id string) string { return s.prefix + ":x:" + id }
+
+// count adds to what the client saw the server count of session sid.
+func (s *Store) count(sid string, binds, unbinds int64) {
+	s.mu.Lock()
+	c := s.counted[sid]
+	s.mu.Unlock()
+	if c != nil {
+		c.binds.Add(binds)
+		c.unbinds.Add(unbinds)
+	}
+}
+
+// KeepSession implements sessions.Store: it makes the session, or renews
+// it and then extends its holds, a thousand a call (session.lua). The
+// session ends if the server has not counted every binding and unbinding
+// the client saw it count: it lost writes.
+//
+// A renewal of many holds pauses after every walkBurst calls for three
+// times as long as they took, keeping within a sixth of the TTL, so that
+// it takes a quarter of the server's time, not all of it at once, and
+// costs the client few wake-ups. Holds not yet extended carry the
+// previous renewal's expiry, at least half the TTL away.
+func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
+	if s.partitioned.Load() {
+		return false, errors.New("redis: partitioned (a test's fault)")
+	}
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	keys := []string{s.sessionKey(id)}
+	start, us := s.prefix+":{", micros(ttl)
+	if create {
+		if err := sessionScript.Run(ctx, s.rdb, keys, start, s.linger, id, us, "new").Err(); err != nil {
+			return false, fmt.Errorf("redis: session: %w", err)
+		}
+		s.mu.Lock()
+		s.counted[id] = &counts{}
+		s.mu.Unlock()
+		return true, nil
+	}
+	s.mu.Lock()
+	c := s.counted[id]
+	s.mu.Unlock()
+	if c == nil {
+		return false, nil
+	}
+	op := "renew"
+	binds, unbinds := c.binds.Load(), c.unbinds.Load()
+	var n int
+	var pause time.Duration
+	began := time.Now()
+	for {
+		v, err := sessionScript.Run(ctx, s.rdb, keys, start, s.linger, id, us, op, binds, unbinds).Slice()
+		if err != nil {
+			return false, fmt.Errorf("redis: session: %w", err)
+		}
+		if len(v) == 1 && v[0] == int64(0) {
+			s.mu.Lock()
+			delete(s.counted, id) // it is never renewed again
+			s.mu.Unlock()
+			return false, nil
+		}
+		var fields int64
+		cursor, ok := v[1].(string)
+		if len(v) == 3 {
+			fields, _ = v[2].(int64)
+		}
+		if len(v) != 3 || v[0] != int64(1) || !ok || fields < 2 {
+			return false, fmt.Errorf("redis: session: unexpected reply %v", v)
+		}
+		if cursor == "0" {
+			return true, nil
+		}
+		if n++; n == 1 {
+			pause = ttl / 6 / time.Duration(fields/(walkCount*walkBurst)+1)
+		}
+		if n%walkBurst == 0 {
+			if err := driver.Sleep(ctx, min(pause, 3*time.Since(began))); err != nil {
+				return false, fmt.Errorf("redis: session: %w", err)
+			}
+			began = time.Now()
+		}
+		op = cursor
+	}
+}
+
+// A session's renewal extends up to walkCount holds a call (HSCAN's COUNT
+// in session.lua), and pauses after every walkBurst calls.
+const walkCount, walkBurst = 1000, 10
+
+// ReleaseSession implements driver.SessionReleaser: it ends session x and
+// releases its holds on the server, a thousand a call, as Release would,
+// without the client sending their names (endsession.lua).
+func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
+	xs, ok := x.(*sessions.Session)
+	if !ok {
+		return errors.New("redis: release session: not a session of this store")
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	keys := []string{s.sessionKey(xs.ID())}
+	for cursor := "0"; ; {
+		next, err := endScript.Run(ctx, s.rdb, keys, s.prefix+":{", s.linger, xs.ID(), cursor).Text()
+		if err != nil {
+			return fmt.Errorf("redis: release session: %w", err)
+		}
+		if next == "0" {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// EndSession implements sessions.Store: it deletes the session. Its holds
+// stay until their expiry, which is no later than the session's was.
+func (s *Store) EndSession(ctx context.Context, id string) error {
+	s.mu.Lock()
+	delete(s.counted, id)
+	s.mu.Unlock()
+	if err := s.rdb.Del(ctx, s.sessionKey(id)).Err(); err != nil {
+		return fmt.Errorf("redis: end session: %w", err)
+	}
+	return nil
 }
 
 func (s *Store) List(ctx context.Context, f *driver.Filter) ([]driver.Holder, error) {
@@ -723,6 +910,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	if s.sessions != nil {
+		s.sessions.Close() // ends and deletes them, while the client is open
+	}
+	s.mu.Lock()
 	close(s.done)
 	var ws []*watch
 	for w := range s.blocked {

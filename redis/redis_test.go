@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// deleteKeys deletes every key of the prefix, counters included.
+// deleteKeys deletes every key whose prefix starts with prefix (tests'
+// stores of prefixes of their own included), counters included.
 func deleteKeys(u, prefix string) error {
 	o, err := redis.ParseURL(u)
 	if err != nil {
@@ -42,7 +43,7 @@ func deleteKeys(u, prefix string) error {
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	it := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	var keys []string
 	for it.Next(ctx) {
 		keys = append(keys, it.Val())

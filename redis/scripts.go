@@ -28,6 +28,8 @@ var (
 	purgeScript   = script("purge")
 	markScript    = script("mark")
 	pokeScript    = script("poke")
+	sessionScript = script("session")
+	endScript     = script("endsession")
 )
 
 // script returns the script of lua/name.lua, its includes expanded.

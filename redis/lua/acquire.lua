@@ -1,14 +1,20 @@
--- acquire: KEYS hash, queue, counter; ARGV name, owner, then mode, limit,
--- ttl, queue (1/0), queue TTL and linger packed as six big-endian doubles
--- (see acquireArgs), then info. It returns {1, token, created, renewed,
--- expires, extended} for a grant, {0, µs until the first holder expires
--- (0: unknown), the server's time} when busy, {-1} on a mode conflict, {-2}
--- on a limit conflict. A request that joins the queue empties its owner's
--- mailbox, so that a grant left there for an earlier request of the same
--- owner is not taken for one of this request.
+-- acquire: KEYS hash, queue, counter, and the session to bind a grant
+-- to, if any; ARGV name, owner, then mode, limit, ttl, queue (1/0), queue
+-- TTL and linger packed as six big-endian doubles (see acquireArgs), then
+-- info, then the session's id ('' for none). It returns {1, token,
+-- created, renewed, expires, extended, bound} for a grant, {0, µs until
+-- the first holder expires (0: unknown), the server's time} when busy,
+-- {-1} on a mode conflict, {-2} on a limit conflict. A request that joins
+-- the queue empties its owner's mailbox, so that a grant left there for an
+-- earlier request of the same owner is not taken for one of this request.
+--
+-- A new hold is bound to the session if the session is live: it lasts
+-- until the later of its TTL and the session's expiry, and the session's
+-- renewals extend it (session.lua). A hold extended keeps the session it
+-- had, if any, and bound says whether that is the one asked for.
 
 -- #include head
-local owner, info = ARGV[2], ARGV[4]
+local owner, info, sid = ARGV[2], ARGV[4], ARGV[5]
 local mode, limit, ttl, queue, qttl, linger = struct.unpack('>dddddd', ARGV[3])
 
 -- The fast path: the name has no state, so nobody holds it or waits for
@@ -19,18 +25,22 @@ local mode, limit, ttl, queue, qttl, linger = struct.unpack('>dddddd', ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local now = now_us()
   local tok, ex = next_token(KEYS[3], now), now + ttl
+  local se = sid ~= '' and session_live(KEYS[4], now)
+  if se and se > ex then ex = se end
   local xh = 0
   if mode == 1 then xh = 1 end
   -- One holder; the bounds m and hm are its expiry, and M twice as far (see put).
   local e = struct.pack('>BBIdddddd', 1, mode, limit, tok, ttl, 0, now, now, ex) .. info
-  local s = struct.pack('>IIIIdddd', 1, 0, 0, xh, 0, ex, ex, ex + ttl)
-  if mode == 1 then
-    redis.call('HSET', KEYS[1], 'o:' .. owner, e, 'S', s, 'n', ARGV[1])
-  else
-    redis.call('HSET', KEYS[1], 'o:' .. owner, e, 'S', s, 'n', ARGV[1], 'L', limit)
+  local s = struct.pack('>IIIIdddd', 1, 0, 0, xh, 0, ex, ex, 2 * ex - now)
+  local f = {'o:' .. owner, e, 'S', s, 'n', ARGV[1]}
+  if mode ~= 1 then f[7], f[8] = 'L', limit end
+  if se then
+    f[#f + 1], f[#f + 2] = 'b:' .. owner, sid
+    bind(KEYS[4], string.sub(KEYS[1], 1, -2), owner)
   end
-  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(2 * ttl / 1000) + linger, 1))
-  return {1, tok, now, now, ex, 0}
+  redis.call('HSET', KEYS[1], unpack(f))
+  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(2 * (ex - now) / 1000) + linger, 1))
+  return {1, tok, now, now, ex, 0, se and 1 or 0}
 end
 
 -- #include prelude
@@ -42,9 +52,12 @@ if k == 1 then
     finish(linger)
     return {-1}
   end
-  put(owner, 1, mode, limit, etok, ttl, 0, ecr, X.NOW, X.NOW + ttl, info)
+  local ex = X.NOW + ttl
+  local se = X.SID and session_live(session_key(X.B, X.SID), X.NOW)
+  if se and se > ex then ex = se end
+  put(owner, 1, mode, limit, etok, ttl, 0, ecr, X.NOW, ex, info)
   finish(linger)
-  return {1, etok, ecr, X.NOW, X.NOW + ttl, 1}
+  return {1, etok, ecr, X.NOW, ex, 1, (sid ~= '' and X.SID == sid) and 1 or 0}
 end
 if mode == 2 and X.NH > 0 and X.XH == 0 and X.L and X.L ~= limit then
   finish(linger)
@@ -68,9 +81,14 @@ if ok then
     if emode == 1 then X.XQ = X.XQ - 1 end
     X.FREED = true -- the entries behind it move up
   end
-  local tok, ex = grant(owner, mode, limit, ttl, 0, info)
+  local se = sid ~= '' and session_live(KEYS[4], X.NOW)
+  local tok, ex = grant(owner, mode, limit, ttl, 0, info, se)
+  if se then
+    X.W[#X.W + 1], X.W[#X.W + 2] = 'b:' .. owner, sid
+    bind(KEYS[4], X.B, owner)
+  end
   finish(linger)
-  return {1, tok, X.NOW, X.NOW, ex, 0}
+  return {1, tok, X.NOW, X.NOW, ex, 0, se and 1 or 0}
 end
 if queue == 1 then
   if queued then

@@ -24,3 +24,44 @@ local function next_token(ckey, now)
   redis.call('SET', ckey, string.format('%.0f', tok), 'PX', string.format('%.0f', math.ceil((tok - now) / 1000) + 604800000))
   return tok
 end
+
+-- The sessions of one server's Stores (see session.lua): session sid of
+-- the store whose names' keys start with "<prefix>:{" is the hash
+-- "<prefix>:x:<sid>", and a hold of owner on the name with hash tag
+-- <tag> is its member field "m:<tag><owner>".
+
+-- session_key is the key of session sid of the store whose name keys
+-- include base ("<prefix>:{<tag>}:").
+local function session_key(base, sid)
+  return string.sub(base, 1, -37) .. ':x:' .. sid
+end
+
+-- session_live returns the expiry of session x if it is live at now, else
+-- false.
+local function session_live(x, now)
+  local e = tonumber(redis.call('HGET', x, 'e'))
+  return e and e > now and e
+end
+
+-- bind makes owner's hold of the name whose keys start with base a member
+-- of session x.
+local function bind(x, base, owner)
+  redis.call('HSET', x, 'm:' .. string.sub(base, -34, -3) .. owner, '')
+end
+
+-- UNBOUND lists the session of each hold that unbind took out of one.
+local UNBOUND = {}
+
+-- unbind takes owner's hold of the name whose keys start with base out of
+-- session sid, counting one more unbinding, if the session still has it;
+-- it reports whether it had. The unbindings reported are the client's to
+-- count (see session.lua).
+local function unbind(base, owner, sid)
+  local x = session_key(base, sid)
+  if redis.call('HDEL', x, 'm:' .. string.sub(base, -34, -3) .. owner) == 1 then
+    redis.call('HINCRBY', x, 'u', 1)
+    UNBOUND[#UNBOUND + 1] = sid
+    return true
+  end
+  return false
+end

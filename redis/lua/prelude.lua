@@ -17,6 +17,7 @@
 --   S          the summary: nh nq xq xh t m hm M            ('>IIIIdddd')
 --   L          the limit the shared holders took the name with (a number)
 --   o:<owner>  the owner's entry: k mode limit token ttl httl created renewed expires, then info ('>BBIdddddd')
+--   b:<owner>  the session the owner's hold is bound to, if it is (see session.lua)
 --
 -- In the summary nh and nq count holders and queue entries, xq the
 -- exclusive queue entries and xh the exclusive holders (0 or 1), t is the
@@ -63,13 +64,18 @@ local function chunked(cmd, key, list)
 end
 
 -- sweep drops the entries whose time is up and computes X.MIN and X.HMIN anew;
--- the owners and entries of dropped holders go to gone, if given.
+-- the owners and entries of dropped holders go to gone, if given. A bound
+-- hold that expired stays a member of its session: the session's renewal
+-- finds it gone and ends the session (see session.lua).
 local function sweep(gone)
   local all = redis.call('HGETALL', X.R)
-  local zrem, m, hm = {}, 0, 0
+  local zrem, m, hm, bound, kept = {}, 0, 0, {}, {}
   for i = 1, #all, 2 do
     local f = all[i]
-    if string.sub(f, 1, 2) == 'o:' then
+    local p = string.sub(f, 1, 2)
+    if p == 'b:' then
+      bound[#bound + 1] = string.sub(f, 3)
+    elseif p == 'o:' then
       local raw = all[i + 1]
       local k, mode, _, _, _, _, _, _, ex = struct.unpack(EF, raw)
       if ex <= X.NOW then
@@ -85,10 +91,14 @@ local function sweep(gone)
           zrem[#zrem + 1] = o
         end
       else
+        kept[string.sub(f, 3)] = true
         if m == 0 or ex < m then m = ex end
         if k == 1 and (hm == 0 or ex < hm) then hm = ex end
       end
     end
+  end
+  for _, o in ipairs(bound) do
+    if not kept[o] then X.D[#X.D + 1] = 'b:' .. o end
   end
   if #zrem > 0 then chunked('ZREM', X.Q, zrem) end
   X.MIN, X.HMIN, X.DIRTY = m, hm, true
@@ -98,16 +108,17 @@ end
 -- open reads the state of the name whose hash is rkey, drops expired
 -- entries if the clock has passed X.MIN, and returns owner's live entry, if
 -- owner is given and has one: k, mode, limit, token, ttl, httl, created,
--- renewed, expires, then the raw entry and where its info starts. With
--- name given, a state of another name sets X.ERR.
+-- renewed, expires, then the raw entry and where its info starts; X.SID is
+-- then the session its hold is bound to, if any. With name given, a state
+-- of another name sets X.ERR.
 local function open(rkey, now, name, owner, gone)
-  X.R, X.NOW, X.ERR = rkey, now, nil
+  X.R, X.NOW, X.ERR, X.SID = rkey, now, nil, nil
   X.B = string.sub(rkey, 1, -2)
   X.Q = X.B .. 'q'
   X.W, X.D, X.DIRTY, X.FREED, X.GREW, X.NEWQ = {}, {}, false, false, false, false
   local v
   if owner then
-    v = redis.call('HMGET', rkey, 'n', 'S', 'L', 'o:' .. owner)
+    v = redis.call('HMGET', rkey, 'n', 'S', 'L', 'o:' .. owner, 'b:' .. owner)
   else
     v = redis.call('HMGET', rkey, 'n', 'S', 'L')
   end
@@ -126,7 +137,10 @@ local function open(rkey, now, name, owner, gone)
   local raw = owner and v[4]
   if raw then
     local k, mode, limit, tok, ttl, httl, cr, rn, ex, pos = struct.unpack(EF, raw)
-    if ex > now then return k, mode, limit, tok, ttl, httl, cr, rn, ex, raw, pos end
+    if ex > now then
+      if k == 1 then X.SID = v[5] or nil end
+      return k, mode, limit, tok, ttl, httl, cr, rn, ex, raw, pos
+    end
   end
 end
 
@@ -147,9 +161,14 @@ local function put(owner, k, mode, limit, tok, ttl, httl, cr, rn, ex, info)
   X.DIRTY = true
 end
 
--- drop removes owner's entry (k, mode).
-local function drop(owner, k, mode)
+-- drop removes owner's entry (k, mode), and takes its hold out of the
+-- session sid it is bound to, if sid is given.
+local function drop(owner, k, mode, sid)
   X.D[#X.D + 1] = 'o:' .. owner
+  if sid then
+    X.D[#X.D + 1] = 'b:' .. owner
+    unbind(X.B, owner, sid)
+  end
   if k == 1 then
     X.NH = X.NH - 1
     if mode == 1 then X.XH = 0 end
@@ -163,9 +182,9 @@ local function drop(owner, k, mode)
   X.DIRTY, X.FREED = true, true
 end
 
--- grant makes owner a holder, with the next token, for ttl+extra µs; it
--- returns the token and the expiry.
-local function grant(owner, mode, limit, ttl, extra, info)
+-- grant makes owner a holder, with the next token, for ttl+extra µs, or
+-- until floor if that is later; it returns the token and the expiry.
+local function grant(owner, mode, limit, ttl, extra, info, floor)
   local tok = next_token(X.B .. 'c', X.NOW)
   X.NH = X.NH + 1
   if mode == 1 then
@@ -173,7 +192,7 @@ local function grant(owner, mode, limit, ttl, extra, info)
   elseif X.L ~= limit then
     X.L, X.WL = limit, true
   end
-  local ex = X.NOW + ttl + extra
+  local ex = math.max(X.NOW + ttl + extra, floor or 0)
   put(owner, 1, mode, limit, tok, ttl, 0, X.NOW, X.NOW, ex, info)
   return tok, ex
 end

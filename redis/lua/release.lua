@@ -1,6 +1,7 @@
 -- release: KEYS hashes; ARGV linger, then the owner per key. It returns,
 -- per key, 1 if a hold was released, else 0 (a queue entry may have been
--- removed).
+-- removed), then the session of each released hold that was bound to one
+-- (see unbind).
 
 -- #include head
 local out, i, now = {}, 1, nil
@@ -12,7 +13,7 @@ local out, i, now = {}, 1, nil
 -- batch may name a name twice), take the general path.
 while i <= #KEYS do
   local key = KEYS[i]
-  local v = redis.call('HMGET', key, 'S', 'o:' .. ARGV[i + 1])
+  local v = redis.call('HMGET', key, 'S', 'o:' .. ARGV[i + 1], 'b:' .. ARGV[i + 1])
   if v[1] then
     local nh, nq = struct.unpack('>II', v[1])
     if nh + nq ~= 1 or not v[2] then break end
@@ -20,13 +21,19 @@ while i <= #KEYS do
     now = now or now_us()
     redis.call('DEL', key, string.sub(key, 1, -2) .. 'q')
     out[i] = 0
-    if k == 1 and ex > now then out[i] = 1 end
+    if k == 1 and ex > now then
+      out[i] = 1
+      if v[3] then unbind(string.sub(key, 1, -2), ARGV[i + 1], v[3]) end
+    end
   else
     out[i] = 0
   end
   i = i + 1
 end
-if i > #KEYS then return out end
+if i > #KEYS then
+  for _, x in ipairs(UNBOUND) do out[#out + 1] = x end
+  return out
+end
 
 -- #include prelude
 
@@ -38,9 +45,10 @@ for j = i, #KEYS do
   local r = 0
   if k then
     if k == 1 then r = 1 end
-    drop(owner, k, mode)
+    drop(owner, k, mode, X.SID)
   end
   finish(linger)
   out[j] = r
 end
+for _, x in ipairs(UNBOUND) do out[#out + 1] = x end
 return out

@@ -6,7 +6,8 @@
 -- string costs the client a fraction of what an argument per hold costs
 -- it to build and send. It returns one string of 33 bytes per hold: 1,
 -- then the token, created, renewed and expires times as big-endian
--- doubles if the owner held the name; else 0 and zeros.
+-- doubles if the owner held the name; else 0 and zeros. A hold bound to
+-- a session lasts until the later of its TTL and the session's expiry.
 
 -- #include head
 -- #include prelude
@@ -26,8 +27,11 @@ while pos <= #holds do
   local k, mode, limit, tok, _, _, cr, _, _, raw, p = open(key, now, nil, owner)
   local r = none
   if k == 1 then
-    put(owner, 1, mode, limit, tok, ttl, 0, cr, now, now + ttl, string.sub(raw, p))
-    r = struct.pack('>Bdddd', 1, tok, cr, now, now + ttl)
+    local ex = now + ttl
+    local se = X.SID and session_live(session_key(X.B, X.SID), now)
+    if se and se > ex then ex = se end
+    put(owner, 1, mode, limit, tok, ttl, 0, cr, now, ex, string.sub(raw, p))
+    r = struct.pack('>Bdddd', 1, tok, cr, now, ex)
   end
   finish(linger)
   n = n + 1
