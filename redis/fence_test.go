@@ -23,7 +23,7 @@ func TestSetFenced(t *testing.T) {
 		c := redis.NewClient(o)
 		defer c.Close()
 		fk, key := "{"+prefix+"-fence}:fence", "{"+prefix+"-fence}"
-		t.Cleanup(func() { c.Del(ctx, fk, key) })
+		defer c.Del(ctx, fk, key) // before the deferred Close
 		for _, s := range []struct {
 			token uint64
 			value string
