@@ -692,10 +692,7 @@ func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, c
 			return false, fmt.Errorf("redis: session: %w", err)
 		}
 		if len(v) == 1 && v[0] == int64(0) {
-			s.mu.Lock()
-			delete(s.counted, id) // it is never renewed again
-			s.mu.Unlock()
-			return false, nil
+			return false, nil // the Keeper ends it (EndSession)
 		}
 		var fields int64
 		cursor, ok := v[1].(string)
@@ -749,8 +746,9 @@ func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 	}
 }
 
-// EndSession implements sessions.Store: it deletes the session. Its holds
-// stay until their expiry, which is no later than the session's was.
+// EndSession implements sessions.Store: it deletes the session, and the
+// client's counts of it. Its holds stay until their expiry, which is no
+// later than the session's was.
 func (s *Store) EndSession(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.counted, id)

@@ -208,8 +208,10 @@ func (k *Keeper) keep(x *Session, sent time.Time) {
 	}
 }
 
-// drop ends x with err and lets the next hold of its TTL start a new
-// session.
+// drop ends x with err, lets the next hold of its TTL start a new
+// session, and deletes x's record, which is never renewed again (waiting
+// at most a second for the store, and not past Close), so that the store
+// forgets it now rather than when it expires.
 func (k *Keeper) drop(x *Session, err error) {
 	k.mu.Lock()
 	if k.byTTL[x.ttl] == x {
@@ -218,6 +220,9 @@ func (k *Keeper) drop(x *Session, err error) {
 	delete(k.all, x)
 	k.mu.Unlock()
 	x.end(err)
+	ctx, cancel := context.WithTimeout(k.ctx, time.Second)
+	_ = k.st.EndSession(ctx, x.id)
+	cancel()
 }
 
 // Close stops renewing the sessions, ends them, and deletes their records

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +143,19 @@ func TestKeeperLost(t *testing.T) {
 			}
 			if c.name == "unreachable" && time.Now().Before(x.Deadline()) {
 				t.Error("ended before its deadline though the store only failed to answer")
+			}
+			// Its record goes, in the store and in the store's client.
+			for i := 0; ; i++ {
+				f.mu.Lock()
+				gone := slices.Contains(f.ended, x.ID())
+				f.mu.Unlock()
+				if gone {
+					break
+				}
+				if i == 100 {
+					t.Fatal("the ended session's record was not deleted")
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			if k.Session(ttl, false) != nil {
 				t.Error("an ended session still offered")
