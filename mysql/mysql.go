@@ -964,14 +964,18 @@ func (s *Store) KeepSession(ctx context.Context, id string, ttl time.Duration, c
 // to x go in one statement, without the names' stripes, as a lease's own
 // release of a plain hold does (see T_release); those kept in InnoDB as
 // well (long leases, long metadata) through T_release. Their bells are
-// released when the Store closes.
+// released when the Store closes. The session's renewal stops first, and
+// its record goes last.
 func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 	xs, ok := x.(*sessions.Session)
-	if !ok {
+	if !ok || s.sessions == nil {
 		return errors.New("mysql: release session: not a session of this store")
 	}
 	if err := s.begin(ctx); err != nil {
 		return err
+	}
+	if err := s.sessions.Stop(ctx, xs); err != nil {
+		return wrap("release session", err)
 	}
 	var keys []driver.Key
 	err := retry(ctx, func() error {
@@ -998,6 +1002,9 @@ func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 			_, err := s.db.ExecContext(ctx, "DELETE FROM "+s.obj.holds+" WHERE sid = ? AND queued = 0 AND flags = 0", xs.ID())
 			return err
 		})
+	}
+	if err == nil {
+		_, err = s.db.ExecContext(ctx, "DELETE FROM "+s.obj.sessions+" WHERE id = ?", xs.ID())
 	}
 	return wrap("release session", err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,3 +73,7 @@ func FakeClock(t testing.TB, key string) {
 		t.Cleanup(func() { *v = prev })
 	}
 }
+
+// SlowSessionRelease makes s's ReleaseSession pause for d after its first
+// call, as a long one would.
+func SlowSessionRelease(s *Store, d time.Duration) { s.releasePause = d }

@@ -163,8 +163,9 @@ type Store struct {
 	marks      map[*driver.Request]mark
 	counted    map[string]*counts // by session id: what the client saw the server count
 
-	sessions    *sessions.Keeper // nil on a Cluster or Ring
-	partitioned atomic.Bool      // a test's: session renewals fail
+	sessions     *sessions.Keeper // nil on a Cluster or Ring
+	partitioned  atomic.Bool      // a test's: session renewals fail
+	releasePause time.Duration    // a test's: ReleaseSession pauses after its first call
 }
 
 // counts are the bindings and unbindings of a session that the client
@@ -724,14 +725,19 @@ const walkCount, walkBurst = 1000, 10
 
 // ReleaseSession implements driver.SessionReleaser: it ends session x and
 // releases its holds on the server, a thousand a call, as Release would,
-// without the client sending their names (endsession.lua).
+// without the client sending their names (endsession.lua). The session's
+// renewal stops first: one that found the session ended would delete its
+// record, and with it the list of holds still to release.
 func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 	xs, ok := x.(*sessions.Session)
-	if !ok {
+	if !ok || s.sessions == nil {
 		return errors.New("redis: release session: not a session of this store")
 	}
 	if err := s.check(); err != nil {
 		return err
+	}
+	if err := s.sessions.Stop(ctx, xs); err != nil {
+		return fmt.Errorf("redis: release session: %w", err)
 	}
 	keys := []string{s.sessionKey(xs.ID())}
 	for cursor := "0"; ; {
@@ -740,7 +746,13 @@ func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 			return fmt.Errorf("redis: release session: %w", err)
 		}
 		if next == "0" {
+			s.mu.Lock()
+			delete(s.counted, xs.ID())
+			s.mu.Unlock()
 			return nil
+		}
+		if cursor == "0" && s.releasePause > 0 {
+			time.Sleep(s.releasePause)
 		}
 		cursor = next
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/drivertest"
 )
 
@@ -22,6 +23,12 @@ import (
 //
 //	go test -run XXX -bench ScriptRTT -benchtime 3000x -count 3 ./redis
 func BenchmarkScriptRTT(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		b.Run(srv.Name, func(b *testing.B) { scriptRTT(b) })
+	}
+}
+
+func scriptRTT(b *testing.B) {
 	ctx := context.Background()
 	o, err := redis.ParseURL(serverURL(b))
 	if err != nil {
@@ -33,22 +40,23 @@ func BenchmarkScriptRTT(b *testing.B) {
 	if err := loop.Load(ctx, rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
-	// The median, reported as p50-µs, says more than the mean on a
-	// machine this noisy.
-	run := func(b *testing.B, f func()) {
-		ds := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			t := time.Now()
-			f()
-			ds = append(ds, time.Since(t))
-		}
-		slices.Sort(ds)
-		b.ReportMetric(float64(ds[len(ds)/2])/1e3, "p50-µs")
-	}
-	b.Run("ping", func(b *testing.B) { run(b, func() { rdb.Ping(ctx) }) })
+	b.Run("ping", func(b *testing.B) { p50(b, func() { rdb.Ping(ctx) }) })
 	for _, n := range []int{0, 300, 1000, 3000, 10000} {
-		b.Run(fmt.Sprintf("loop=%d", n), func(b *testing.B) { run(b, func() { loop.Run(ctx, rdb, nil, n) }) })
+		b.Run(fmt.Sprintf("loop=%d", n), func(b *testing.B) { p50(b, func() { loop.Run(ctx, rdb, nil, n) }) })
 	}
+}
+
+// p50 runs f b.N times and reports its median time as p50-µs, which says
+// more than the mean on a machine this noisy.
+func p50(b *testing.B, f func()) {
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t := time.Now()
+		f()
+		ds = append(ds, time.Since(t))
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2])/1e3, "p50-µs")
 }
 
 // BenchmarkRenewMany measures the store's Renew of 1,000 holds (one owner,
@@ -61,6 +69,18 @@ func BenchmarkRenewMany(b *testing.B) {
 		b.Run(srv.Name, func(b *testing.B) {
 			b.ReportAllocs()
 			drivertest.RenewMany(b, open(b, nil), 1000)
+		})
+	}
+}
+
+// BenchmarkCloseMany measures Client.Close of a client that holds 100,000
+// locks, bound to its session (-benchtime 1x: taking them is not timed).
+//
+//	go test -run XXX -bench CloseMany -benchtime 1x -count 3 ./redis
+func BenchmarkCloseMany(b *testing.B) {
+	for _, srv := range drivertest.Servers(serversEnv) {
+		b.Run(srv.Name, func(b *testing.B) {
+			drivertest.CloseMany(b, func() driver.Store { return open(b, nil) }, 100000)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/drivertest"
 	batonredis "github.com/baton-go/baton/redis"
@@ -322,4 +323,43 @@ func BenchmarkSessionRenewal(b *testing.B) {
 			_ = deleteKeys(srv.URL, p)
 		})
 	}
+}
+
+// TestCloseDuringRenewal: a client's Close releases every hold of its
+// session even when the session's renewal comes due while it does. The
+// renewal would find the session ended by the release, and the Keeper
+// would then delete its record, and with it the list of holds the
+// release goes through.
+func TestCloseDuringRenewal(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, time.Minute)
+		p := fmt.Sprintf("%s-c%d", prefix, rand.Uint32())
+		s := open(t, &batonredis.Options{Prefix: p})
+		ttl := 3 * time.Second
+		c, err := baton.New(s, &baton.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		const n = 2500 // three calls of the release
+		for i := range n {
+			if _, err := c.TryLock(ctx, fmt.Sprint("c/", i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rdb := open(t, &batonredis.Options{Prefix: p}).Client() // outlives c's store
+		if xs, err := rdb.Keys(ctx, p+":x:*").Result(); err != nil || len(xs) != 1 {
+			t.Fatalf("sessions: %q, %v; want one", xs, err)
+		}
+		// A renewal is due every third of the TTL: one comes during the pause.
+		batonredis.SlowSessionRelease(s, ttl/3+ttl/10)
+		c.Close()
+		left, err := rdb.Keys(ctx, p+":{*}:r").Result()
+		if err != nil || len(left) != 0 {
+			t.Fatalf("after Close, %d of %d names still held (%v)", len(left), n, err)
+		}
+		if xs, err := rdb.Keys(ctx, p+":x:*").Result(); err != nil || len(xs) != 0 {
+			t.Fatalf("sessions after Close: %q, %v; want none", xs, err)
+		}
+	})
 }

@@ -45,6 +45,11 @@ type Session struct {
 	ttl  time.Duration
 	done chan struct{}
 
+	// stop ends the renewals of this session alone (see Keeper.Stop), and
+	// kept is closed once they have.
+	stop context.CancelFunc
+	kept chan struct{}
+
 	mu       sync.Mutex
 	deadline time.Time // local monotonic: the last confirmed renewal's send time + ttl, less a margin
 	err      error
@@ -151,8 +156,12 @@ func (k *Keeper) Session(ttl time.Duration, granted bool) *Session {
 // least a second), and renews it until it ends.
 func (k *Keeper) start(ttl time.Duration) {
 	defer k.wg.Done()
-	x := &Session{id: rand.Text(), ttl: ttl, done: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(k.ctx, max(ttl/3, time.Second))
+	x := &Session{id: rand.Text(), ttl: ttl, done: make(chan struct{}), kept: make(chan struct{})}
+	defer close(x.kept)
+	xctx, stop := context.WithCancel(k.ctx)
+	defer stop()
+	x.stop = stop
+	ctx, cancel := context.WithTimeout(xctx, max(ttl/3, time.Second))
 	sent := time.Now()
 	made, err := k.st.KeepSession(ctx, x.id, ttl, true)
 	cancel()
@@ -170,26 +179,26 @@ func (k *Keeper) start(ttl time.Duration) {
 	x.renewed(sent)
 	k.byTTL[ttl], k.all[x] = x, true
 	k.mu.Unlock()
-	k.keep(x, sent)
+	k.keep(xctx, x, sent)
 }
 
-// keep renews x every third of its TTL until the Keeper closes or x ends:
-// when the store finds it expired, or when no renewal succeeds before its
-// deadline. A failed renewal is retried every tenth of the TTL, at most
-// every second.
-func (k *Keeper) keep(x *Session, sent time.Time) {
+// keep renews x every third of its TTL until xctx ends (the Keeper
+// closes, or Stop) or x ends: when the store finds it expired, or when no
+// renewal succeeds before its deadline. A failed renewal is retried every
+// tenth of the TTL, at most every second.
+func (k *Keeper) keep(xctx context.Context, x *Session, sent time.Time) {
 	next := sent.Add(x.ttl / 3)
 	for {
-		if driver.Sleep(k.ctx, time.Until(next)) != nil {
+		if driver.Sleep(xctx, time.Until(next)) != nil {
 			return
 		}
 		deadline := x.Deadline()
-		ctx, cancel := context.WithDeadline(k.ctx, deadline)
+		ctx, cancel := context.WithDeadline(xctx, deadline)
 		sent := time.Now()
 		ok, err := k.st.KeepSession(ctx, x.id, x.ttl, false)
 		cancel()
 		switch {
-		case k.ctx.Err() != nil:
+		case xctx.Err() != nil:
 			return
 		case err == nil && ok:
 			x.renewed(sent)
@@ -223,6 +232,32 @@ func (k *Keeper) drop(x *Session, err error) {
 	ctx, cancel := context.WithTimeout(k.ctx, time.Second)
 	_ = k.st.EndSession(ctx, x.id)
 	cancel()
+}
+
+// Stop stops renewing x, whose holds its client is about to release on
+// the store (driver.SessionReleaser), and ends it: no hold is bound to it
+// any more, and no renewal of it runs after Stop returns, nor the deletion
+// of its record that follows a failed one, either of which would race
+// with the release. It waits for a renewal in flight to end, up to ctx.
+// The caller deletes the record once the holds are released.
+func (k *Keeper) Stop(ctx context.Context, x *Session) error {
+	k.mu.Lock()
+	if k.byTTL[x.ttl] == x {
+		delete(k.byTTL, x.ttl)
+	}
+	delete(k.all, x)
+	k.mu.Unlock()
+	x.end(fmt.Errorf("%w: its holds are being released", ErrEnded))
+	if x.stop == nil {
+		return nil // not one of this Keeper's
+	}
+	x.stop()
+	select {
+	case <-x.kept:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("session: stopping its renewal: %w", context.Cause(ctx))
+	}
 }
 
 // Close stops renewing the sessions, ends them, and deletes their records

@@ -17,12 +17,21 @@ type fake struct {
 	expires map[string]time.Time
 	renews  int
 	ended   []string
-	fail    error // returned by every call while set
-	lose    bool  // renewals find the session gone
+	fail    error         // returned by every call while set
+	lose    bool          // renewals find the session gone
+	gate    chan struct{} // renewals wait for it to close, if set
+	waiting int           // renewals waiting for gate
 }
 
 func (f *fake) KeepSession(ctx context.Context, id string, ttl time.Duration, create bool) (bool, error) {
 	f.mu.Lock()
+	if g := f.gate; g != nil && !create {
+		f.waiting++
+		f.mu.Unlock()
+		<-g // whatever ctx says: a store's call in flight ends when it ends
+		f.mu.Lock()
+		f.waiting--
+	}
 	defer f.mu.Unlock()
 	if f.fail != nil {
 		return false, f.fail
@@ -166,4 +175,68 @@ func TestKeeperLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeeperStop: Stop waits for a renewal in flight, and then neither
+// renews the session nor deletes its record, even when that renewal
+// found it ended (as it does once its client's release has begun); the
+// session ends and is offered no more.
+func TestKeeperStop(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	f := &fake{}
+	k := New(f)
+	defer k.Close()
+	ttl := 300 * time.Millisecond
+	x := waitSession(t, k, ttl)
+	gate := make(chan struct{})
+	f.set(func(f *fake) { f.gate, f.lose = gate, true })
+	for i := 0; ; i++ {
+		f.mu.Lock()
+		w := f.waiting
+		f.mu.Unlock()
+		if w > 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("no renewal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := k.Stop(ctx, x); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with a renewal in flight past ctx: %v, want the deadline", err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- k.Stop(context.Background(), x) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while a renewal was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-x.Done():
+	default:
+		t.Error("Stop did not end the session")
+	}
+	f.mu.Lock()
+	renews := f.renews
+	f.mu.Unlock()
+	if k.Session(ttl, false) == x {
+		t.Error("a stopped session still offered")
+	}
+	time.Sleep(ttl)
+	k.Close()
+	f.set(func(f *fake) {
+		if f.renews != renews {
+			t.Errorf("%d renewals after Stop", f.renews-renews)
+		}
+		if slices.Contains(f.ended, x.ID()) {
+			t.Error("the stopped session's record deleted by the Keeper: the release it makes way for deletes it")
+		}
+	})
 }
