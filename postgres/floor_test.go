@@ -26,6 +26,8 @@ import (
 //     returning it, then a delete of the owner's row;
 //   - upsert-function: the same statements, each in a one-statement
 //     PL/pgSQL function;
+//   - functions: the store's acquire and release functions, called on the
+//     bare connection (the store's server work, without its client);
 //   - baton: the store's Acquire and Release of one name.
 //
 // docs/benchmarks-history.md quotes it.
@@ -90,10 +92,29 @@ func BenchmarkServerFloor(b *testing.B) {
 			b.Run("upsert-function", func(b *testing.B) {
 				pair(b, "SELECT "+tb+"_take($1, $2)", "SELECT "+tb+"_drop($1, $2)")
 			})
+			st := open(b, tb+"_baton")
+			defer dropTables(dsn(b), tb+"_baton")
+			req := &driver.Request{Name: "x", Owner: "own1", Mode: driver.Exclusive, TTL: 15 * time.Second}
+			b.Run("functions", func(b *testing.B) {
+				// As the store calls them: 15 s leases within a 60 s grace bound.
+				acquire := "SELECT o_status FROM " + tb + "_baton_acquire($1, $2, 1::smallint, 0, 15000000000, false, 0, 'h', NULL, 60000000000, NULL)"
+				release := "SELECT o_held FROM " + tb + "_baton_release(ARRAY[$1], ARRAY[$2])"
+				var p p50
+				for b.Loop() {
+					t0 := time.Now()
+					var status int16
+					var held bool
+					if err := conn.QueryRow(ctx, acquire, "x", "own1").Scan(&status); err != nil || status != 0 {
+						b.Fatal(err, status)
+					}
+					if err := conn.QueryRow(ctx, release, "x", "own1").Scan(&held); err != nil || !held {
+						b.Fatal(err, held)
+					}
+					p.add(t0)
+				}
+				p.report(b)
+			})
 			b.Run("baton", func(b *testing.B) {
-				st := open(b, tb+"_baton")
-				defer dropTables(dsn(b), tb+"_baton")
-				req := &driver.Request{Name: "x", Owner: "own1", Mode: driver.Exclusive, TTL: 15 * time.Second}
 				var p p50
 				for b.Loop() {
 					t0 := time.Now()
