@@ -43,8 +43,8 @@ const maxCallBells = 64
 // through the session's user-level locks one by one, so a session's bells
 // slow down each one it takes after them (MySQL keeps them in a hash, but
 // a client holding many locks takes them faster there too with the bound:
-// see docs/benchmarks-history.md). An entry taken while the Store holds that many has no
-// bell, and its waiters poll, backing off.
+// see docs/benchmarks-history.md). An entry taken while the Store holds
+// that many has no bell, and its waiters poll, backing off.
 const maxBells = 4096
 
 // bells holds a Store's bells: GET_LOCKs on a few connections of its own.

@@ -752,7 +752,7 @@ func (s *Store) ReleaseSession(ctx context.Context, x driver.Session) error {
 			return nil
 		}
 		if cursor == "0" && s.releasePause > 0 {
-			time.Sleep(s.releasePause)
+			_ = driver.Sleep(ctx, s.releasePause)
 		}
 		cursor = next
 	}

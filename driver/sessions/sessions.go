@@ -248,9 +248,6 @@ func (k *Keeper) Stop(ctx context.Context, x *Session) error {
 	delete(k.all, x)
 	k.mu.Unlock()
 	x.end(fmt.Errorf("%w: its holds are being released", ErrEnded))
-	if x.stop == nil {
-		return nil // not one of this Keeper's
-	}
 	x.stop()
 	select {
 	case <-x.kept:
