@@ -113,3 +113,6 @@ func MissDeletes(t testing.TB) {
 	})
 	t.Cleanup(func() { ddlTemplate = old })
 }
+
+// KeepsSessions reports whether s binds its keep-alive holds to sessions.
+func KeepsSessions(s *Store) bool { return s.sessions != nil }

@@ -34,7 +34,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, s := range drivertest.Servers(serversEnv) {
+	for _, s := range append(drivertest.Servers(serversEnv), drivertest.Servers(sysdateEnv)...) {
 		drop(s.URL, dropTables...)
 	}
 	os.Exit(code)
@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 
 // serversEnv lists the servers the tests run on (scripts/servers env).
 const serversEnv = "BATON_TEST_MYSQL"
+
+// sysdateEnv lists the servers started with --sysdate-is-now.
+const sysdateEnv = "BATON_TEST_MYSQL_SYSDATE"
 
 // dsn is the DSN of the server t runs on.
 func dsn(t testing.TB) string {

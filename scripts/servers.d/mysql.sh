@@ -5,9 +5,13 @@
 # Debian's libaio1). Its data directory is initialized once per machine
 # into a template (about 8 s) that each instance copies. Both get a
 # database baton_test and a user baton/baton on 127.0.0.1; Debian's
-# mariadb client administers both.
+# mariadb client administers both. mariadb10sysdate is a second MariaDB
+# started with --sysdate-is-now, which a fast table must detect (its
+# sessions read SYSDATE as a statement runs); only the tests of that run on
+# it (BATON_TEST_MYSQL_SYSDATE).
 server mariadb10 MYSQL 3306
 server mysql8 MYSQL 3307
+server mariadb10sysdate MYSQL_SYSDATE 3308
 
 MYSQL8_VERSION=8.0.31
 mysql8_base() { echo "$TOOLS/mysql-$MYSQL8_VERSION"; }
@@ -44,20 +48,27 @@ my_setup() {
     GRANT PROCESS ON *.* TO 'baton'@'127.0.0.1';"
 }
 
-mariadb10_start() {
-  local run="$DIR/mariadb10-run" data="$DIR/mariadb10"
-  my_ready mariadb10 && return 0
+# mariadb_start NAME [OPTION...]: a MariaDB server of its own data
+# directory.
+mariadb_start() {
+  local name=$1 run="$DIR/$1-run" data="$DIR/$1"
+  shift
+  my_ready "$name" && return 0
   mkdir -p "$run"; chown mysql:mysql "$run"
   if [ ! -d "$data/mysql" ]; then
     rm -rf "$data" && mkdir -p "$data"; chown mysql:mysql "$data"
     mariadb-install-db --user=mysql --datadir="$data" --auth-root-authentication-method=socket \
-      >"$DIR/logs/mariadb10-init.log" 2>&1 || { tail -n 20 "$DIR/logs/mariadb10-init.log" >&2; die "mariadb-install-db failed"; }
+      >"$DIR/logs/$name-init.log" 2>&1 || { tail -n 20 "$DIR/logs/$name-init.log" >&2; die "mariadb-install-db failed"; }
   fi
-  daemon mariadb10 mariadbd --user=mysql --datadir="$data" --bind-address=127.0.0.1 --port="$(port mariadb10)" \
-    --socket="$(my_socket mariadb10)" --pid-file="$run/mariadbd.pid" --max-connections=300
-  wait_for mariadb10 30 my_ready mariadb10
-  my_setup mariadb10
+  daemon "$name" mariadbd --user=mysql --datadir="$data" --bind-address=127.0.0.1 --port="$(port "$name")" \
+    --socket="$(my_socket "$name")" --pid-file="$run/mariadbd.pid" --max-connections=300 "$@"
+  wait_for "$name" 30 my_ready "$name"
+  my_setup "$name"
 }
+mariadb10_start() { mariadb_start mariadb10; }
+mariadb10sysdate_install() { mariadb10_install; }
+mariadb10sysdate_start() { mariadb_start mariadb10sysdate --sysdate-is-now --innodb-buffer-pool-size=32M; }
+mariadb10sysdate_env() { echo "baton:baton@tcp(127.0.0.1:$(port mariadb10sysdate))/baton_test"; }
 mysql8_start() {
   local run="$DIR/mysql8-run" data="$DIR/mysql8" base
   base=$(mysql8_base)
