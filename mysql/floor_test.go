@@ -26,8 +26,14 @@ import (
 //   - call-row: two CALLs of a procedure that only returns a row, the
 //     least a CALL-based lock costs;
 //   - call-vars: the same, declaring 47 variables as T_grant does;
+//   - call-none: two CALLs of a procedure that returns no row;
 //   - store-procs: the store's own T_grant and T_release on a name of a
-//     fast table, without a bell, as the store calls them.
+//     fast table, without a bell, as the store calls them;
+//   - store-bell: the same with a bell, which T_grant takes and T_release
+//     releases, as on a Store's bell connection;
+//   - store-plain-release: T_grant with a bell, then a prepared DELETE of
+//     the hold and a DO RELEASE_LOCK of the bell in place of T_release
+//     (two round trips instead of one CALL).
 //
 // BENCHMARKS.md quotes it.
 func BenchmarkServerFloor(b *testing.B) {
@@ -85,6 +91,9 @@ func BenchmarkServerFloor(b *testing.B) {
 				END`)
 			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_mset")
 
+			must("DROP PROCEDURE IF EXISTS baton_floor_none")
+			must("CREATE PROCEDURE baton_floor_none(IN p_owner VARBINARY(128)) SQL SECURITY INVOKER DO 0")
+			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_none")
 			must("DROP PROCEDURE IF EXISTS baton_floor_row")
 			must("CREATE PROCEDURE baton_floor_row(IN p_owner VARBINARY(128)) SQL SECURITY INVOKER SELECT 1")
 			defer db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS baton_floor_row")
@@ -184,7 +193,21 @@ func BenchmarkServerFloor(b *testing.B) {
 					}
 				})
 			}
-			grant, err := conn.PrepareContext(ctx, "CALL "+tb+"_grant(?, ?, 1, 0, 15000000000, 0, 0, 'h', NULL, 0, '', '')")
+			none, err := conn.PrepareContext(ctx, "CALL baton_floor_none(?)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer none.Close()
+			b.Run("call-none", func(b *testing.B) {
+				for b.Loop() {
+					for range 2 {
+						if _, err := none.ExecContext(ctx, "own1"); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+			grant, err := conn.PrepareContext(ctx, "CALL "+tb+"_grant(?, ?, 1, 0, 15000000000, 0, 0, 'h', NULL, 0, ?, '')")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -194,22 +217,51 @@ func BenchmarkServerFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer release.Close()
-			b.Run("store-procs", func(b *testing.B) {
-				name, owner := "floor/x", "own1"
-				keys := fmt.Sprintf(`[["%x","%x",""]]`, name, owner)
-				var status, token, created, renewed, expires, after, bQueued, bToken, flags int64
-				var bOwner []byte
-				var out string
-				for b.Loop() {
-					err := grant.QueryRowContext(ctx, name, owner).Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
-					if err != nil || status != 0 {
-						b.Fatal(err, status)
-					}
-					if err := release.QueryRowContext(ctx, keys).Scan(&out); err != nil || out != "1,1;" {
-						b.Fatal(err, out)
-					}
+			del, err := conn.PrepareContext(ctx, "DELETE FROM "+tb+"_holds WHERE name = ? AND owner = ? AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer del.Close()
+			ring, err := conn.PrepareContext(ctx, "DO RELEASE_LOCK(?)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ring.Close()
+			for _, sub := range []string{"store-procs", "store-bell", "store-plain-release"} {
+				bell := ""
+				if sub != "store-procs" {
+					bell = "baton:floor"
 				}
-			})
+				b.Run(sub, func(b *testing.B) {
+					name, owner := "floor/x", "own1"
+					keys := fmt.Sprintf(`[["%x","%x","%s"]]`, name, owner, bell)
+					var status, token, created, renewed, expires, after, bQueued, bToken, flags int64
+					var bOwner []byte
+					var out string
+					for b.Loop() {
+						err := grant.QueryRowContext(ctx, name, owner, bell).Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
+						if err != nil || status != 0 || (bell != "") != (flags&1 == 1) {
+							b.Fatal(err, status, flags)
+						}
+						if sub != "store-plain-release" {
+							if err := release.QueryRowContext(ctx, keys).Scan(&out); err != nil || out != "1,1;" {
+								b.Fatal(err, out)
+							}
+							continue
+						}
+						res, err := del.ExecContext(ctx, name, owner)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if n, err := res.RowsAffected(); err != nil || n != 1 {
+							b.Fatal(err, n)
+						}
+						if _, err := ring.ExecContext(ctx, bell); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
 			b.Run("innodb-call", func(b *testing.B) {
 				var n int64
 				for b.Loop() {
