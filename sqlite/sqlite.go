@@ -184,6 +184,10 @@ type db struct {
 	qGetMany, qUpsertMany          string // the same for a batch, its rows as one JSON array
 	qIdle                          string // deletes the rows of idle names
 
+	// Prepared once: the driver compiles an unprepared statement each
+	// time it runs it.
+	stGet, stNamed, stUpsert *sql.Stmt
+
 	sessions                             atomic.Bool // the file has the sessions table
 	partitioned                          atomic.Bool // a test's: session renewals fail
 	qSessions, qNewSession, qKeepSession string
@@ -392,6 +396,18 @@ func (d *db) setup(ctx context.Context, noCreate bool) error {
 	if err := d.setupSessions(ctx, noCreate); err != nil {
 		return err
 	}
+	for _, st := range []struct {
+		p *(*sql.Stmt)
+		q string
+	}{{&d.stGet, d.qGet}, {&d.stNamed, d.qNamed}, {&d.stUpsert, d.qUpsert}} {
+		err := d.retry(ctx, func() (err error) {
+			*st.p, err = d.sql.PrepareContext(ctx, st.q)
+			return err
+		})
+		if err != nil {
+			return d.openErr("prepare statements", err)
+		}
+	}
 	if d.boot == "" {
 		return nil
 	}
@@ -472,7 +488,7 @@ func (d *db) flushedEpoch(ctx context.Context, more func(*sql.Tx) error, change 
 		return err
 	}
 	defer tx.Rollback()
-	data, found, err := get(ctx, tx, d.qGet, "")
+	data, found, err := get(tx.QueryRowContext(ctx, d.qGet, ""))
 	if err != nil {
 		return err
 	}
@@ -512,6 +528,11 @@ func (d *db) Close() error {
 		if d.stop != nil {
 			d.stop()
 			d.janitor.Wait()
+		}
+		for _, st := range []*sql.Stmt{d.stGet, d.stNamed, d.stUpsert} {
+			if st != nil {
+				st.Close()
+			}
 		}
 		d.closeErr = d.sql.Close()
 		d.sh.release()
@@ -680,11 +701,9 @@ func (d *db) encode(r *record, c *clock) ([]byte, error) {
 }
 
 // get reads the state of name; a missing row is an empty state.
-func get(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, query, name string) ([]byte, bool, error) {
+func get(row *sql.Row) ([]byte, bool, error) {
 	var data []byte
-	err := q.QueryRowContext(ctx, query, name).Scan(&data)
+	err := row.Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -848,7 +867,7 @@ const decodeShare = 128
 
 // currentEpoch reads the epoch row in tx, and raises d.epoch to it.
 func (d *db) currentEpoch(ctx context.Context, tx *sql.Tx) (uint64, error) {
-	data, found, err := get(ctx, tx, d.qGet, "")
+	data, found, err := get(tx.StmtContext(ctx, d.stGet).QueryRowContext(ctx, ""))
 	if err != nil || !found {
 		return d.epoch.Load(), err
 	}
@@ -871,7 +890,7 @@ func (d *db) currentEpoch(ctx context.Context, tx *sql.Tx) (uint64, error) {
 func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][]byte, error) {
 	rows := make(map[string][]byte, len(names))
 	if len(names) == 1 {
-		data, found, err := get(ctx, tx, d.qGet, names[0])
+		data, found, err := get(tx.StmtContext(ctx, d.stGet).QueryRowContext(ctx, names[0]))
 		if found {
 			rows[names[0]] = data
 		}
@@ -907,7 +926,7 @@ func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][
 // the last state stays.
 func (d *db) write(ctx context.Context, tx *sql.Tx, writes [][2]string) error {
 	if len(writes) == 1 {
-		_, err := tx.ExecContext(ctx, d.qUpsert, writes[0][0], writes[0][1])
+		_, err := tx.StmtContext(ctx, d.stUpsert).ExecContext(ctx, writes[0][0], writes[0][1])
 		return err
 	}
 	list, err := json.Marshal(writes)
@@ -942,7 +961,7 @@ func (d *db) Scan(ctx context.Context, name, prefix string, fn func(string, *loc
 		var rows *sql.Rows
 		var err error
 		if name != "" {
-			rows, err = d.sql.QueryContext(ctx, d.qNamed, name)
+			rows, err = d.stNamed.QueryContext(ctx, name)
 		} else {
 			rows, err = d.sql.QueryContext(ctx, d.qPrefix, prefix)
 		}

@@ -76,6 +76,8 @@ type Options struct {
 	// nothing (refused, its place in the queue needing no refresh) answer
 	// from a Scan of the name, without an Update: for stores where a read
 	// costs much less than a write under contention (SQLite's write lock).
+	// Only a request this Store queued reads first: any other changes the
+	// state, if only by joining the queue.
 	ReadFirst bool
 }
 
@@ -88,8 +90,9 @@ type Store struct {
 	readFirst bool
 
 	mu      sync.Mutex
-	names   map[string]*gen // waiters' generations, by name
-	pruneAt int             // len(names) at which prune next scans them
+	names   map[string]*gen     // waiters' generations, by name
+	pruneAt int                 // len(names) at which prune next scans them
+	queued  map[driver.Key]bool // with readFirst: requests last left queued
 
 	// followed are the names a holder watch follows on a local store: the
 	// channel is closed and replaced on every change of the name.
@@ -328,7 +331,8 @@ func (s *Store) grant(st *lockstate.State, owner string) *driver.Grant {
 
 // Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant, error) {
-	if s.readFirst && req.Queue {
+	key := driver.Key{Name: req.Name, Owner: req.Owner}
+	if s.readFirst && req.Queue && s.wasQueued(key) {
 		if busy, err := s.refusedByRead(ctx, req); err != nil || busy != nil {
 			return nil, errors.Join(err, busyErr(busy))
 		}
@@ -356,6 +360,9 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	if err != nil {
 		return nil, err
 	}
+	if s.readFirst {
+		s.setQueued(key, req.Queue && errors.Is(aerr, driver.ErrNotGranted))
+	}
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -371,6 +378,40 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		g.Session = x
 	}
 	return g, nil
+}
+
+// maxQueued bounds Store.queued: past it, the requests it forgets write
+// first, as every request that is not queued does.
+const maxQueued = 4096
+
+func (s *Store) wasQueued(k driver.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queued[k]
+}
+
+func (s *Store) setQueued(k driver.Key, queued bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !queued:
+		delete(s.queued, k)
+	case s.queued == nil || len(s.queued) >= maxQueued:
+		s.queued = map[driver.Key]bool{k: true}
+	default:
+		s.queued[k] = true
+	}
+}
+
+func (s *Store) forgetQueued(keys []driver.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queued) == 0 {
+		return
+	}
+	for _, k := range keys {
+		delete(s.queued, k)
+	}
 }
 
 // refusedByRead applies req to a Scan of its name, and returns the refusal
@@ -447,6 +488,7 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	if len(keys) == 0 {
 		return out, nil
 	}
+	s.forgetQueued(keys)
 	names, idx := byName(len(keys), func(i int) string { return keys[i].Name })
 	_, err := s.update(ctx, names, func(j int, st *lockstate.State, now time.Time) {
 		for _, i := range idx[j] {
