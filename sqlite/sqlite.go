@@ -181,7 +181,7 @@ type db struct {
 	epoch atomic.Uint64 // this boot's epoch, the high half of its tokens (0 outside Linux)
 
 	qGet, qNamed, qUpsert, qPrefix string
-	qGetMany, qUpsertMany          string // the same for a batch, its rows as one JSON array
+	qGetMany                       string // reads a batch's rows, its names as one JSON array
 	qIdle                          string // deletes the rows of idle names
 
 	// Prepared once: the driver compiles an unprepared statement each
@@ -264,10 +264,8 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	d.qGet = `SELECT state FROM ` + q + ` WHERE name = ?`
 	d.qNamed = `SELECT name, state FROM ` + q + ` WHERE name = ?`
 	d.qUpsert = `INSERT INTO ` + q + ` (name, state) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET state = excluded.state`
-	// The driver compiles a statement each time it runs it: a batch of a thousand
-	// names costs two statements, not two thousand.
+	// A batch reads its rows in one statement.
 	d.qGetMany = `SELECT name, state FROM ` + q + ` WHERE name IN (SELECT value FROM json_each(?))`
-	d.qUpsertMany = `INSERT INTO ` + q + ` (name, state) SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?) WHERE true ON CONFLICT (name) DO UPDATE SET state = excluded.state`
 	// Rows of idle names ({"seq":N,"ticket":M}) have neither key.
 	active := `(state LIKE '%"holders":%' OR state LIKE '%"queue":%')`
 	d.qPrefix = `SELECT name, state FROM ` + q + ` WHERE name >= ? AND ` + active + ` ORDER BY name`
@@ -925,16 +923,26 @@ func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][
 // write stores each (name, state) of writes; of a name written twice,
 // the last state stays.
 func (d *db) write(ctx context.Context, tx *sql.Tx, writes [][2]string) error {
+	st := tx.StmtContext(ctx, d.stUpsert)
 	if len(writes) == 1 {
-		_, err := tx.StmtContext(ctx, d.stUpsert).ExecContext(ctx, writes[0][0], writes[0][1])
+		_, err := st.ExecContext(ctx, writes[0][0], writes[0][1])
 		return err
 	}
-	list, err := json.Marshal(writes)
-	if err != nil {
-		return err
+	// A batch's rows without the goroutine the driver starts for each
+	// statement whose context can end (to interrupt it): the context is
+	// checked between rows instead.
+	wctx := context.WithoutCancel(ctx)
+	for i, w := range writes {
+		if i%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if _, err := st.ExecContext(wctx, w[0], w[1]); err != nil {
+			return err
+		}
 	}
-	_, err = tx.ExecContext(ctx, d.qUpsertMany, string(list))
-	return err
+	return nil
 }
 
 func (d *db) opErr(err error) error {
