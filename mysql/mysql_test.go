@@ -95,7 +95,13 @@ func open(t testing.TB, tb string) *mysql.Store {
 // openWith returns a new store with o, with a pool of its own.
 func openWith(t testing.TB, o *mysql.Options) *mysql.Store {
 	t.Helper()
-	s, err := mysql.Open(ctxFor(t, 30*time.Second), dsn(t), o)
+	return openAt(t, dsn(t), o)
+}
+
+// openAt returns a new store on the server of url, with o.
+func openAt(t testing.TB, url string, o *mysql.Options) *mysql.Store {
+	t.Helper()
+	s, err := mysql.Open(ctxFor(t, 30*time.Second), url, o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

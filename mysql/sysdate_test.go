@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -20,16 +19,7 @@ import (
 func TestSysdateIsNow(t *testing.T) {
 	drivertest.EachServer(t, sysdateEnv, func(t *testing.T, srv drivertest.Server) {
 		tb := freshTable(t)
-		openHere := func(t testing.TB) *mysql.Store {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			s, err := mysql.Open(ctx, srv.URL, &mysql.Options{Table: tb})
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}
+		openHere := func(t testing.TB) *mysql.Store { return openAt(t, srv.URL, &mysql.Options{Table: tb}) }
 		t.Run("NoSessions", func(t *testing.T) {
 			s := openHere(t)
 			if mysql.KeepsSessions(s) {
