@@ -924,13 +924,10 @@ func (d *db) read(ctx context.Context, tx *sql.Tx, names []string) (map[string][
 // the last state stays.
 func (d *db) write(ctx context.Context, tx *sql.Tx, writes [][2]string) error {
 	st := tx.StmtContext(ctx, d.stUpsert)
-	if len(writes) == 1 {
-		_, err := st.ExecContext(ctx, writes[0][0], writes[0][1])
-		return err
-	}
-	// A batch's rows without the goroutine the driver starts for each
-	// statement whose context can end (to interrupt it): the context is
-	// checked between rows instead.
+	// The rows without the goroutine the driver starts for each statement
+	// whose context can end (to interrupt it): the context is checked
+	// between rows instead, and a statement waits for a lock
+	// sqliteBusyTimeout at most.
 	wctx := context.WithoutCancel(ctx)
 	for i, w := range writes {
 		if i%64 == 0 {
