@@ -8,6 +8,11 @@ package main
 //	redsync-1ms    the same with a 1 ms retry delay.
 //	redislock      github.com/bsm/redislock, 100 ms linear backoff, 15 s TTL.
 //	redislock-1ms  the same with a 1 ms linear backoff.
+//	redis-fifo     the least fair lock Redis gives, a floor rather than a
+//	               peer: a list per name holds one token; Lock is a BLPOP
+//	               of it (Redis serves blocked clients first come, first
+//	               served), release an LPUSH. No TTL, no fencing token: a
+//	               client that dies holding it keeps it for ever.
 //
 // Each client has its own go-redis client. Neither library blocks for ever
 // (redsync gives up after its tries, redislock after its TTL): a Lock here
@@ -19,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -36,6 +42,7 @@ func init() {
 	}
 	kinds["redislock"] = func(url string) Target { return redislockTarget("redislock", url, 100*time.Millisecond) }
 	kinds["redislock-1ms"] = func(url string) Target { return redislockTarget("redislock-1ms", url, time.Millisecond) }
+	kinds["redis-fifo"] = redisFIFOTarget
 }
 
 func goRedis(ctx context.Context, url string) (*redis.Client, error) {
@@ -122,3 +129,47 @@ func (r *redislockLocker) Lock(ctx context.Context, name string) (func() error, 
 }
 
 func (r *redislockLocker) Close() error { return r.rdb.Close() }
+
+func redisFIFOTarget(url string) Target {
+	return Target{Name: "redis-fifo", New: func(ctx context.Context) (Locker, error) {
+		rdb, err := goRedis(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		return &fifoLocker{rdb: rdb}, nil
+	}}
+}
+
+type fifoLocker struct {
+	rdb  *redis.Client
+	made sync.Map // names whose token this client saw made
+}
+
+func (f *fifoLocker) Lock(ctx context.Context, name string) (func() error, error) {
+	key := "fifo:{" + name + "}"
+	if _, ok := f.made.Load(name); !ok {
+		// The first client to get here puts the name's one token in.
+		set, err := f.rdb.SetNX(ctx, key+":made", 1, 0).Result()
+		if err != nil {
+			return nil, err
+		}
+		if set {
+			if err := f.rdb.LPush(ctx, key, 1).Err(); err != nil {
+				return nil, err
+			}
+		}
+		f.made.Store(name, true)
+	}
+	for {
+		err := f.rdb.BLPop(ctx, time.Second, key).Err()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	return func() error { return f.rdb.LPush(context.WithoutCancel(ctx), key, 1).Err() }, nil
+}
+
+func (f *fifoLocker) Close() error { return f.rdb.Close() }
