@@ -15,7 +15,7 @@ import (
 // compares it to decide whether the functions must be (re)created. It ends
 // with a hash of schema.sql, so that any change of the SQL replaces the
 // functions of an older version of this package.
-var schemaVersion = "baton postgres store, schema 5 " + hashOf(schemaSQL)[:12]
+var schemaVersion = "baton postgres store, schema 6 " + hashOf(schemaSQL)[:12]
 
 func hashOf(s string) string {
 	h := sha256.Sum256([]byte(s))

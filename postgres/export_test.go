@@ -11,7 +11,8 @@ func DropSQL(schema, table string) string {
 	o := newObjects(schema, table)
 	return "DROP TABLE IF EXISTS " + o.holds + ", " + o.counter + ", " + o.epochs + ", " + o.incarnation + ", " + o.sessions + ";" +
 		"DROP FUNCTION IF EXISTS " + o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint), " +
-		o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint, text);" +
+		o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint, text), " +
+		o.acquire + "(text, text, smallint, integer, bigint, boolean, bigint, text, jsonb, bigint, text, text);" +
 		"DROP FUNCTION IF EXISTS " + o.session + ", " + o.alive + ", " + o.renew + ", " + o.release + ", " +
 		o.list + ", " + o.purge + ", " + o.bind + ", " + o.reclaim + ", " + o.wake + ", " +
 		o.newEpoch + ", " + o.raise + ", " + o.begin + ", " + o.take + ", " + o.settle + ", " + o.next + ";"
@@ -22,6 +23,13 @@ func Listens(s *Store) int {
 	s.hub.mu.Lock()
 	defer s.hub.mu.Unlock()
 	return s.hub.listens
+}
+
+// Heard is how many notifications the store's listener has received.
+func Heard(s *Store) int {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.heardN
 }
 
 // ParseURL exposes parseURL.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"strings"
 	"sync"
 	"time"
@@ -23,14 +24,18 @@ const listenerLinger = 10 * time.Second
 // lock name, then a line per owner it concerns: the owner, followed, when
 // the server handed the name over to it, by the hold's token, created and
 // expires times (µs since 1970), mode and limit, separated by spaces; the
-// name alone concerns every waiter of the name. Each name has a channel
-// closed and replaced for name-wide wake-ups, and each (name, owner) one
-// for wake-ups of that owner: a watch waits on both, and after each
-// return takes the current ones, so it never misses a wake-up that comes
-// after its previous return.
+// name alone concerns every waiter of the name. The hub listens to the
+// table's channel and to one of its own, on which the server tells it of
+// the requests this Store queued, and of those alone: PostgreSQL sends a
+// notification to every session that listens to its channel. Each name
+// has a channel closed and replaced for name-wide wake-ups, and each
+// (name, owner) one for wake-ups of that owner: a watch waits on both,
+// and after each return takes the current ones, so it never misses a
+// wake-up that comes after its previous return.
 type hub struct {
 	cfg     *pgx.ConnConfig
-	channel string
+	channel string // the table's, for every Store of the table
+	own     string // this Store's, for the requests it queued (see wake in schema.sql)
 
 	mu      sync.Mutex
 	topics  map[string]*topic
@@ -39,6 +44,7 @@ type hub struct {
 	idle    *time.Timer        // stops the listener once no watch is open
 	closed  bool
 	listens int // successful LISTENs, for tests
+	heardN  int // notifications received, for tests
 	wg      sync.WaitGroup
 
 	// listening is when the current listener connection began to listen
@@ -78,7 +84,8 @@ func newHub(cfg *pgx.ConnConfig, table string) *hub {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &hub{cfg: cfg, channel: table, topics: map[string]*topic{}, heard: map[string]time.Time{}}
+	own := "baton_" + strings.ToLower(rand.Text())
+	return &hub{cfg: cfg, channel: table, own: own, topics: map[string]*topic{}, heard: map[string]time.Time{}}
 }
 
 func (h *hub) watch(name, owner string) (*watch, error) {
@@ -162,6 +169,7 @@ func (h *hub) deliver(payload string) {
 	name, rest, _ := strings.Cut(payload, "\n")
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.heardN++
 	h.remember(name, rest)
 	t := h.topics[name]
 	if t == nil {
@@ -271,7 +279,7 @@ func (h *hub) connect(ctx context.Context) *pgx.Conn {
 	if err != nil {
 		return nil
 	}
-	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{h.own}.Sanitize()); err != nil {
 		conn.Close(cctx)
 		return nil
 	}

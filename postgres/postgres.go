@@ -379,7 +379,7 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	s.obj = obj
 	s.q = queries{
-		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3, $4)",
 		release: "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
 		list:    "SELECT * FROM " + obj.list + "($1, $2, $3)",
@@ -537,7 +537,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	defer cancel()
 	err := retry(ctx, func() error {
 		return s.pool.QueryRow(cctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
-			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable(), sid).
+			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable(), sid, s.hub.own).
 			Scan(&status, &token, &created, &renewed, &expires, &after, &bound)
 	})
 	if err != nil {

@@ -1061,3 +1061,142 @@ func TestHandedHoldReleasedIsNotTaken(t *testing.T) {
 		}
 	})
 }
+
+// A hand-off is told to the Store that queued the request, on its own
+// channel, not to every listener of the table: a Store whose waiter waits
+// for another name hears nothing of it. A request queued by an earlier
+// version of this package (through the acquire without a channel) is told
+// on the table's channel, which those versions listen to.
+func TestHandOffToItsStoreOnly(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		a, b := open(t, tb), open(t, tb)
+		// b listens, for a waiter of another name.
+		wb, err := b.Watch(ctx, &driver.Request{Name: "other", Owner: "w", Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wb.Close()
+		for postgres.Listens(b) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		waiter := client(t, a, &baton.Options{TTL: 10 * time.Second})
+		n := "handoff/" + t.Name()
+		if _, err := a.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *baton.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, n, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		for {
+			hs, err := a.List(ctx, &driver.Filter{Name: n, Queued: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hs) == 2 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if ok, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		l := <-got
+		if l == nil {
+			return
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if h := postgres.Heard(a); h == 0 {
+			t.Errorf("the waiter's Store heard %d notifications", h)
+		}
+		if h := postgres.Heard(b); h != 0 {
+			t.Errorf("a Store without a waiter of %q heard %d notifications", n, h)
+		}
+
+		// An earlier version's request, queued without a channel.
+		conn, err := pgx.Connect(ctx, dsn(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{tb}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		var status int16
+		if err := conn.QueryRow(ctx, "SELECT o_status FROM "+pgx.Identifier{tb + "_acquire"}.Sanitize()+
+			"($1, 'old', 1::smallint, 0, 10000000000, true, 10000000000, 'host', NULL, 0, NULL)", n).Scan(&status); err != nil || status != 2 {
+			t.Fatalf("the earlier version's acquire: status %d, %v", status, err)
+		}
+		if ok, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		nt, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines := strings.Split(nt.Payload, "\n"); len(lines) != 2 || lines[0] != n || !strings.HasPrefix(lines[1], "old ") {
+			t.Errorf("the table's channel was told %q, want the hand-off to old", nt.Payload)
+		}
+	})
+}
+
+// A hand-off whose lines would not fit in one notification wakes every
+// waiter of the name on the table's channel instead: each finds the name
+// handed to it when it asks.
+func TestHandOffTooLargeWakesAll(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		a := open(t, tb)
+		conn, err := pgx.Connect(ctx, dsn(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{tb}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		n := "many/" + t.Name()
+		req := func(owner string, mode driver.Mode) *driver.Request {
+			return &driver.Request{Name: n, Owner: owner, Mode: mode, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
+		}
+		if _, err := a.Acquire(ctx, req("h", driver.Exclusive)); err != nil {
+			t.Fatal(err)
+		}
+		const waiters = 100
+		for i := range waiters {
+			_, err := a.Acquire(ctx, req(fmt.Sprintf("%060d", i), driver.Shared))
+			if !errors.Is(err, driver.ErrNotGranted) {
+				t.Fatalf("waiter %d: %v, want ErrNotGranted", i, err)
+			}
+		}
+		if ok, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		nt, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nt.Payload != n {
+			t.Errorf("the table's channel was told %.80q…, want the name alone", nt.Payload)
+		}
+		hs, err := a.List(ctx, &driver.Filter{Name: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != waiters {
+			t.Errorf("%d holders after the hand-off, want %d", len(hs), waiters)
+		}
+	})
+}

@@ -96,7 +96,8 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 ALTER TABLE {HOLDS}
 	ADD COLUMN IF NOT EXISTS hold_ttl bigint,
 	ADD COLUMN IF NOT EXISTS durable  bigint,
-	ADD COLUMN IF NOT EXISTS sid      text COLLATE "C"; -- from schema 5: the hold's session, NULL if none
+	ADD COLUMN IF NOT EXISTS sid      text COLLATE "C", -- from schema 5: the hold's session, NULL if none
+	ADD COLUMN IF NOT EXISTS chan     text COLLATE "C"; -- from schema 6: the channel of a queue entry's Store, NULL for the table's
 
 CREATE INDEX IF NOT EXISTS {OWNER_IX} ON {HOLDS} (owner);
 
@@ -334,7 +335,13 @@ END $$;
 -- woken to ask again. The payload is the name, then one line per owner:
 -- "owner token created expires mode limit" (times in microseconds since
 -- 1970) for a hold handed over, the owner alone for a wake-up; the name
--- alone wakes every waiter of the name. It returns how many requests it
+-- alone wakes every waiter of the name. Each line goes to the channel of
+-- the Store that queued the request (chan), which only that Store listens
+-- to, or to the table's, which every Store of the table listens to (an
+-- entry of an earlier version of this package, and the name alone):
+-- PostgreSQL sends a notification to every session that listens to its
+-- channel, and a Store's listener then costs the server and its client a
+-- message for every hand-off of the table. It returns how many requests it
 -- granted.
 CREATE OR REPLACE FUNCTION {WAKE}(p_name text, p_promote boolean) RETURNS integer
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
@@ -343,7 +350,11 @@ DECLARE
 	v_excl    boolean;
 	v_lim     integer; -- the shared holders' limit, or the queue's so far
 	v_ahead   integer := 0;
-	v_payload text := p_name;
+	v_chans   text[] := '{}'; -- the channels to notify
+	v_msgs    text[] := '{}'; -- and their payloads
+	v_size    integer := octet_length(p_name);
+	v_c       text;
+	v_i       integer;
 	v_line    text;
 	v_n       integer := 0;
 	v_epoch   integer;
@@ -355,7 +366,7 @@ DECLARE
 	v_granted integer := 0;
 	q         record;
 BEGIN
-	FOR q IN SELECT e.owner, e.mode, e.lim, e.hold_ttl, e.durable FROM {HOLDS} e
+	FOR q IN SELECT e.owner, e.mode, e.lim, e.hold_ttl, e.durable, e.chan FROM {HOLDS} e
 	          WHERE e.name = p_name AND e.queued ORDER BY e.token LOOP
 		IF v_holders IS NULL THEN
 			SELECT count(*), coalesce(bool_or(e.mode = 1), false), min(e.lim) FILTER (WHERE e.mode = 2)
@@ -399,18 +410,27 @@ BEGIN
 			INTO v_line;
 			v_granted := v_granted + 1;
 		END IF;
-		v_payload := v_payload || E'\n' || v_line;
+		v_c := coalesce(q.chan, {CHANNEL});
+		v_i := array_position(v_chans, v_c);
+		IF v_i IS NULL THEN
+			v_chans := v_chans || v_c;
+			v_msgs := v_msgs || (p_name || E'\n' || v_line);
+		ELSE
+			v_msgs[v_i] := v_msgs[v_i] || E'\n' || v_line;
+		END IF;
+		v_size := v_size + 1 + octet_length(v_line);
 		v_n := v_n + 1;
 		EXIT WHEN q.mode = 1; -- nobody behind an exclusive request can be granted
 		v_ahead := v_ahead + 1;
 	END LOOP;
-	IF octet_length(v_payload) > 7000 THEN
+	IF v_size > 7000 THEN
 		-- NOTIFY payloads stop at 8000 bytes: wake every waiter instead,
 		-- and those handed the name find it theirs when they ask.
-		v_payload := p_name;
-	END IF;
-	IF v_n > 0 THEN
-		PERFORM pg_notify({CHANNEL}, v_payload);
+		PERFORM pg_notify({CHANNEL}, p_name);
+	ELSIF v_n > 0 THEN
+		FOR v_i IN 1 .. array_length(v_chans, 1) LOOP
+			PERFORM pg_notify(v_chans[v_i], v_msgs[v_i]);
+		END LOOP;
 	END IF;
 	RETURN v_granted;
 END $$;
@@ -427,7 +447,7 @@ END $$;
 -- whether the hold granted or extended is bound to p_session.
 CREATE OR REPLACE FUNCTION {ACQUIRE}(
 	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
-	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint, p_session text,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint, p_session text, p_chan text,
 	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
 	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
@@ -455,6 +475,7 @@ DECLARE
 	v_known      boolean;
 	v_sync       text;
 	v_sid        text;
+	v_chan       text;
 BEGIN
 	o_bound := false;
 	-- The fast path, in one statement: an exclusive request on a name whose
@@ -525,9 +546,9 @@ BEGIN
 	-- In one statement: the caller's live entry, if any, and what the rules
 	-- need to know about the other live entries (expired ones are dropped
 	-- just below, which changes none of this).
-	SELECT o.queued, o.mode, o.lim, o.token, o.expires, o.sid,
+	SELECT o.queued, o.mode, o.lim, o.token, o.expires, o.sid, o.chan,
 	       a.n_expired, a.n_holders, a.x_holders, a.n_ahead, a.x_ahead, a.first_expiry, a.lim_conflict
-	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires, v_sid,
+	  INTO v_queued, v_mode, v_lim, v_ticket, v_qexpires, v_sid, v_chan,
 	       v_gone, v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_conflict
 	  FROM (SELECT) AS one
 	  LEFT JOIN {HOLDS} o ON o.name = p_name AND o.owner = p_owner AND o.expires > v_now
@@ -595,11 +616,13 @@ BEGIN
 			IF p_queue THEN
 				IF v_found THEN
 					-- Refresh only when half the entry's time is used, so that a
-					-- waiter that polls often does not write each time.
-					IF v_qexpires - v_now < ((p_qttl / 2 + 999) / 1000) * interval '1 microsecond' THEN
+					-- waiter that polls often does not write each time, or when
+					-- another Store asks for the owner now.
+					IF v_qexpires - v_now < ((p_qttl / 2 + 999) / 1000) * interval '1 microsecond'
+					   OR v_chan IS DISTINCT FROM p_chan THEN
 						UPDATE {HOLDS} e
 						   SET renewed = v_now, expires = v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond',
-						       hold_ttl = p_ttl, durable = p_durable
+						       hold_ttl = p_ttl, durable = p_durable, chan = p_chan
 						 WHERE e.name = p_name AND e.owner = p_owner;
 					END IF;
 				ELSE
@@ -607,9 +630,9 @@ BEGIN
 						UPDATE {COUNTERS} k SET ticket = k.ticket + 1, busy = true WHERE k.name = p_name RETURNING k.ticket
 					)
 					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
-					                     hold_ttl, durable)
+					                     hold_ttl, durable, chan)
 					SELECT p_name, p_owner, true, p_mode, p_limit, t.ticket, p_host, p_meta, p_qttl, v_now, v_now,
-					       v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable
+					       v_now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable, p_chan
 					  FROM t;
 					v_busy := true;
 				END IF;
@@ -629,15 +652,24 @@ BEGIN
 	END IF;
 END $$;
 
--- acquire as the earlier versions of this package call it: they bind no
--- session.
+-- acquire as the earlier versions of this package call it: those of
+-- schema 5 listen to the table's channel alone, and those before it bind
+-- no session either.
+CREATE OR REPLACE FUNCTION {ACQUIRE}(
+	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint, p_session text,
+	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
+	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
+LANGUAGE sql AS $$
+	SELECT * FROM {ACQUIRE}(p_name, p_owner, p_mode, p_limit, p_ttl, p_queue, p_qttl, p_host, p_meta, p_durable, p_session, NULL)
+$$;
 CREATE OR REPLACE FUNCTION {ACQUIRE}(
 	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
 	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint,
 	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
 	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
 LANGUAGE sql AS $$
-	SELECT * FROM {ACQUIRE}(p_name, p_owner, p_mode, p_limit, p_ttl, p_queue, p_qttl, p_host, p_meta, p_durable, NULL)
+	SELECT * FROM {ACQUIRE}(p_name, p_owner, p_mode, p_limit, p_ttl, p_queue, p_qttl, p_host, p_meta, p_durable, NULL, NULL)
 $$;
 
 -- renew extends the live holds among (p_names[i], p_owners[i]) by
