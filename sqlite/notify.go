@@ -76,11 +76,7 @@ func (sh *shared) ring() {
 	sh.bellMu.Lock()
 	defer sh.bellMu.Unlock()
 	if sh.bell == nil {
-		mode := os.FileMode(0o644)
-		if fi, err := os.Stat(sh.path); err == nil {
-			mode = fi.Mode().Perm() // whoever may write the database may ring
-		}
-		f, err := os.OpenFile(sh.bellPath(), os.O_WRONLY|os.O_CREATE, mode)
+		f, err := sh.openBell()
 		if err != nil {
 			return
 		}
@@ -90,6 +86,22 @@ func (sh *shared) ring() {
 }
 
 func (sh *shared) bellPath() string { return sh.path + "-wake" }
+
+// bellIs reports whether the doorbell's path names the file fi describes.
+func (sh *shared) bellIs(fi os.FileInfo) bool {
+	now, err := os.Stat(sh.bellPath())
+	return err == nil && fi != nil && os.SameFile(fi, now)
+}
+
+// openBell opens the doorbell for writing, creating it if need be with the
+// database file's permissions: whoever may write the database may ring.
+func (sh *shared) openBell() (*os.File, error) {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(sh.path); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	return os.OpenFile(sh.bellPath(), os.O_WRONLY|os.O_CREATE, mode)
+}
 
 // lockWrite waits for this process's turn to write, or for ctx to end.
 func (sh *shared) lockWrite(ctx context.Context) error {
@@ -119,17 +131,21 @@ func (sh *shared) generation() <-chan struct{} {
 }
 
 // watchTarget is what the file-system watcher observes, and whether an
-// event names the doorbell. On Linux it is the directory (inotify reports
-// writes to the files in it), which works before the doorbell exists;
-// elsewhere it is the doorbell itself (created if need be), since watching
-// a directory with kqueue opens every file in it.
+// event names the doorbell. It is the doorbell itself, created if need
+// be: watching the directory would wake the watcher for every write of
+// every process to the database's journal too, several per commit. On
+// Linux, where inotify reports the writes to a directory's files, it is
+// the directory when the doorbell cannot be created; elsewhere watching a
+// directory (kqueue) opens every file in it, so it is the doorbell even
+// then.
 func (sh *shared) watchTarget() (string, func(string) bool) {
 	bell := sh.bellPath()
-	if runtime.GOOS == "linux" {
-		return filepath.Dir(sh.path), func(name string) bool { return filepath.Clean(name) == bell }
-	}
-	if f, err := os.OpenFile(bell, os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
+	f, err := sh.openBell()
+	if err == nil {
 		f.Close()
+	}
+	if err != nil && runtime.GOOS == "linux" {
+		return filepath.Dir(sh.path), func(name string) bool { return filepath.Clean(name) == bell }
 	}
 	return bell, func(string) bool { return true }
 }
@@ -156,7 +172,7 @@ func (sh *shared) startWatch() {
 		return
 	}
 	sh.watcher, sh.loopDone = w, make(chan struct{})
-	go sh.loop(w, match, sh.loopDone)
+	go sh.loop(w, target, match, sh.loopDone)
 }
 
 // stopWatch stops the watcher, if it runs.
@@ -171,8 +187,9 @@ func (sh *shared) stopWatch() {
 	sh.watcher, sh.loopDone = nil, nil
 }
 
-func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan struct{}) {
+func (sh *shared) loop(w *fsnotify.Watcher, target string, match func(string) bool, done chan struct{}) {
 	defer close(done)
+	watched, _ := os.Stat(target)
 	for {
 		select {
 		case ev, ok := <-w.Events:
@@ -180,6 +197,16 @@ func (sh *shared) loop(w *fsnotify.Watcher, match func(string) bool, done chan s
 				return
 			}
 			if ev.Op&(fsnotify.Write|fsnotify.Create) != 0 && match(ev.Name) {
+				sh.broadcast()
+			}
+			if ev.Op&(fsnotify.Remove|fsnotify.Rename|fsnotify.Chmod) != 0 && target == sh.bellPath() && !sh.bellIs(watched) {
+				// The doorbell was removed (an unlink shows as a change of
+				// its attributes while a process keeps it open): watch the
+				// new one, or the directory. A ring may have been missed.
+				w.Remove(target)
+				target, match = sh.watchTarget()
+				w.Add(target)
+				watched, _ = os.Stat(target)
 				sh.broadcast()
 			}
 		case _, ok := <-w.Errors:

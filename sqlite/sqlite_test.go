@@ -550,6 +550,33 @@ func TestWatch(t *testing.T) {
 	}
 	raw.Close()
 
+	// The watcher watches the doorbell itself; if it is removed, the new
+	// one rings too.
+	if err := os.Remove(path + "-wake"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := w.Wait(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	go func() { done <- w.Wait(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := os.WriteFile(path+"-wake", []byte{1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait after a ring of a new doorbell: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait not woken by a ring of a new doorbell")
+	}
+
 	// Waits end with their context.
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
