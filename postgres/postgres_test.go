@@ -933,24 +933,7 @@ func TestHandOffWithoutAsking(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *baton.Lease, 1)
-		go func() {
-			l, err := waiter.Lock(ctx, n, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		for {
-			hs, err := holder.List(ctx, &driver.Filter{Name: n, Queued: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(hs) == 2 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		got := lockBehind(ctx, t, holder, waiter, n)
 		time.Sleep(50 * time.Millisecond) // the waiter blocks in its wait
 		qc.counting.Store(true)
 		if ok, err := holder.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
@@ -1062,6 +1045,31 @@ func TestHandedHoldReleasedIsNotTaken(t *testing.T) {
 	})
 }
 
+// lockBehind starts c.Lock of n, whose one holder is there already, and
+// returns once the request waits in the queue (as s lists it); the
+// channel receives the lease, or nil if Lock failed.
+func lockBehind(ctx context.Context, t *testing.T, s driver.Store, c *baton.Client, n string) <-chan *baton.Lease {
+	t.Helper()
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		l, err := c.Lock(ctx, n, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for {
+		hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) == 2 {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A hand-off is told to the Store that queued the request, on its own
 // channel, not to every listener of the table: a Store whose waiter waits
 // for another name hears nothing of it. A request queued by an earlier
@@ -1086,24 +1094,7 @@ func TestHandOffToItsStoreOnly(t *testing.T) {
 		if _, err := a.Acquire(ctx, &driver.Request{Name: n, Owner: "h", Mode: driver.Exclusive, TTL: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *baton.Lease, 1)
-		go func() {
-			l, err := waiter.Lock(ctx, n, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		for {
-			hs, err := a.List(ctx, &driver.Filter{Name: n, Queued: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(hs) == 2 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		got := lockBehind(ctx, t, a, waiter, n)
 		if ok, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
 			t.Fatalf("Release = %v, %v", ok, err)
 		}

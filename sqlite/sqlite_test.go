@@ -521,61 +521,50 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	// Drain the wake-ups of b's commit.
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := w.Wait(wctx)
-		cancel()
-		if err != nil {
-			break
+	// wokenBy drains the wake-ups so far, then checks that a Wait blocked
+	// in w is woken by what change does.
+	wokenBy := func(what string, change func()) {
+		t.Helper()
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			err := w.Wait(wctx)
+			cancel()
+			if err != nil {
+				break
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.Wait(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		change()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait after %s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Wait not woken by %s", what)
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- w.Wait(ctx) }()
-	time.Sleep(50 * time.Millisecond)
+	ring := func() {
+		if err := os.WriteFile(path+"-wake", []byte{1}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Another process commits, then rings the doorbell, as baton does.
-	if _, err := raw.Exec(`UPDATE baton_locks SET state = '{"seq":1,"ticket":0}' WHERE name = 'w'`); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path+"-wake", []byte{1}, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Wait after a commit of another connection: %v", err)
+	wokenBy("a commit of another connection", func() {
+		if _, err := raw.Exec(`UPDATE baton_locks SET state = '{"seq":1,"ticket":0}' WHERE name = 'w'`); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait not woken by a commit of another connection")
-	}
+		ring()
+	})
 	raw.Close()
-
 	// The watcher watches the doorbell itself; if it is removed, the new
 	// one rings too.
 	if err := os.Remove(path + "-wake"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := w.Wait(wctx)
-		cancel()
-		if err != nil {
-			break
-		}
-	}
-	go func() { done <- w.Wait(ctx) }()
-	time.Sleep(50 * time.Millisecond)
-	if err := os.WriteFile(path+"-wake", []byte{1}, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Wait after a ring of a new doorbell: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait not woken by a ring of a new doorbell")
-	}
+	wokenBy("a ring of a new doorbell", ring)
 
 	// Waits end with their context.
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
