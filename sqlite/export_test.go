@@ -70,3 +70,29 @@ func Reclaim(ctx context.Context, s *Store, every time.Duration) (int64, error) 
 type Faulty struct{ *Store }
 
 func (f Faulty) SetPartitioned(down bool) { f.Store.db.partitioned.Store(down) }
+
+// OpenApart opens a Store of path whose process-wide state (its write
+// turn, doorbells and watcher) is its own, as another process's would be.
+func OpenApart(ctx context.Context, path string, o *Options, tag string) (*Store, error) {
+	registryMu.Lock()
+	apart = "\x00" + tag
+	registryMu.Unlock()
+	defer func() {
+		registryMu.Lock()
+		apart = ""
+		registryMu.Unlock()
+	}()
+	return Open(ctx, path, o)
+}
+
+// Heard counts the wake-ups that s's process-wide state had from other
+// processes: rings of its own doorbell, or of the common one it follows.
+func Heard(s *Store) int64 { return s.db.sh.heard.Load() }
+
+// FollowsCommon reports whether s's process-wide state follows the
+// common doorbell (runs a file-system watcher).
+func FollowsCommon(s *Store) bool {
+	s.db.sh.wmu.Lock()
+	defer s.db.sh.wmu.Unlock()
+	return s.db.sh.watcher != nil
+}

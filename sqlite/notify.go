@@ -6,8 +6,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/baton-go/baton/driver"
 )
 
 // shared is what the Stores and Watches of this process that use one
@@ -17,6 +21,7 @@ import (
 // going through SQLite's busy handler.
 type shared struct {
 	path string // cleaned absolute path of the database file
+	key  string // its key in registry
 	refs int    // Stores and Watches using it; guarded by registryMu
 
 	// write admits one write transaction of this process at a time.
@@ -31,11 +36,24 @@ type shared struct {
 	wmu      sync.Mutex // guards the fields below
 	watcher  *fsnotify.Watcher
 	loopDone chan struct{} // closed when the watcher's goroutine exits
+
+	ownMu  sync.Mutex // guards the fields below
+	own    *ownBell   // this process's doorbell, made on its first queued request
+	ownErr error      // why it could not be made: waiters then follow the common one
+	// queued are, by name, the owners of the queue entries this process
+	// last wrote with its own doorbell: their waiters need not follow the
+	// common one.
+	queued map[string]map[string]bool
+
+	heard atomic.Int64 // wake-ups from other processes, for tests
 }
 
 var (
 	registryMu sync.Mutex
 	registry   = map[string]*shared{}
+	// apart is added to the keys of the shared states made while a test
+	// sets it, so that their Stores act as another process's would.
+	apart string
 )
 
 // acquireShared returns the shared state of path, creating it if needed,
@@ -43,10 +61,11 @@ var (
 func acquireShared(path string) *shared {
 	registryMu.Lock()
 	defer registryMu.Unlock()
-	sh := registry[path]
+	key := path + apart
+	sh := registry[key]
 	if sh == nil {
-		sh = &shared{path: path, write: make(chan struct{}, 1), changed: make(chan struct{})}
-		registry[path] = sh
+		sh = &shared{path: path, key: key, write: make(chan struct{}, 1), changed: make(chan struct{})}
+		registry[key] = sh
 	}
 	sh.refs++
 	return sh
@@ -57,8 +76,14 @@ func (sh *shared) release() {
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if sh.refs--; sh.refs == 0 {
-		delete(registry, sh.path)
+		delete(registry, sh.key)
 		sh.stopWatch()
+		sh.ownMu.Lock()
+		if sh.own != nil {
+			sh.own.close()
+			sh.own = nil
+		}
+		sh.ownMu.Unlock()
 		sh.bellMu.Lock()
 		if sh.bell != nil {
 			sh.bell.Close()
@@ -197,6 +222,7 @@ func (sh *shared) loop(w *fsnotify.Watcher, target string, match func(string) bo
 				return
 			}
 			if ev.Op&(fsnotify.Write|fsnotify.Create) != 0 && match(ev.Name) {
+				sh.heard.Add(1)
 				sh.broadcast()
 			}
 			if ev.Op&(fsnotify.Remove|fsnotify.Rename|fsnotify.Chmod) != 0 && target == sh.bellPath() && !sh.bellIs(watched) {
@@ -221,9 +247,23 @@ func (sh *shared) loop(w *fsnotify.Watcher, target string, match func(string) bo
 
 // Notify implements records.Notifier: a change is any commit to the
 // database file, seen at once for this process's commits and through the
-// doorbell file (see ring) for other processes'. Notifications are not
-// filtered by lock name, so some wake-ups are spurious.
+// common doorbell file (see ring) for other processes'. Notifications are
+// not filtered by lock name, so some wake-ups are spurious.
 func (d *db) Notify(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return d.notify(ctx, true)
+}
+
+// NotifyRequest implements records.RequestNotifier: a waiter whose request
+// this process queued with its own doorbell is woken by this process's
+// commits and by the rings of its doorbell, which other processes ring
+// when they let the request in (see keepBells); any other waiter by every
+// commit, as by Notify. Notifications are not filtered by lock name or
+// request, so some wake-ups are spurious.
+func (d *db) NotifyRequest(ctx context.Context, req *driver.Request) (<-chan struct{}, func(), error) {
+	return d.notify(ctx, !d.sh.queuedHere(req.Name, req.Owner))
+}
+
+func (d *db) notify(ctx context.Context, common bool) (<-chan struct{}, func(), error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, nil, err
 	}
@@ -234,7 +274,94 @@ func (d *db) Notify(ctx context.Context, name string) (<-chan struct{}, func(), 
 	d.sh.refs++
 	registryMu.Unlock()
 	ch := d.sh.generation()
-	d.sh.startWatch()
+	if common {
+		d.sh.startWatch()
+	}
 	var once sync.Once
 	return ch, func() { once.Do(d.sh.release) }, nil
+}
+
+// queuedHere reports whether this process last wrote the queue entry of
+// owner for name, with its own doorbell.
+func (sh *shared) queuedHere(name, owner string) bool {
+	sh.ownMu.Lock()
+	defer sh.ownMu.Unlock()
+	return sh.queued[name][owner]
+}
+
+// maxQueued bounds the names queuedHere remembers; past it they are
+// forgotten, and the waiters of the forgotten follow the common doorbell.
+const maxQueued = 10000
+
+// keepBells keeps r's doorbells for the commit about to write it, at now
+// (the time of the commit's changes), and returns out with the doorbells
+// to ring once it is written:
+//   - a queue entry written in this commit (queued or refreshed: renewed
+//     at now) is this process's, and gets its own doorbell (made if need
+//     be), or none if it has none;
+//   - doorbells of entries that left are dropped;
+//   - the requests the commit lets in (those lockstate.Promote would
+//     grant) are told, through their processes' doorbells.
+//
+// This process's own waiters are woken by the commit itself.
+func (sh *shared) keepBells(name string, r *record, now time.Time, out []string) []string {
+	sh.ownMu.Lock()
+	defer sh.ownMu.Unlock()
+	if len(r.Queue) == 0 {
+		r.Bells = nil
+		delete(sh.queued, name)
+		return out
+	}
+	live := make(map[string]bool, len(r.Queue))
+	for _, q := range r.Queue {
+		live[q.Owner] = true
+		if !q.Renewed.Equal(now) {
+			continue
+		}
+		if sh.own == nil && sh.ownErr == nil {
+			sh.own, sh.ownErr = makeBell(sh.path, func() {
+				sh.heard.Add(1)
+				sh.broadcast()
+			})
+		}
+		if sh.own == nil {
+			delete(r.Bells, q.Owner)
+			continue
+		}
+		if r.Bells == nil {
+			r.Bells = map[string]string{}
+		}
+		r.Bells[q.Owner] = sh.own.id
+		if sh.queued[name] == nil {
+			if sh.queued == nil || len(sh.queued) >= maxQueued {
+				sh.queued = map[string]map[string]bool{}
+			}
+			sh.queued[name] = map[string]bool{}
+		}
+		sh.queued[name][q.Owner] = true
+	}
+	for o := range r.Bells {
+		if !live[o] {
+			delete(r.Bells, o)
+		}
+	}
+	if len(r.Bells) == 0 {
+		r.Bells = nil
+	}
+	for o := range sh.queued[name] {
+		if !live[o] {
+			delete(sh.queued[name], o)
+		}
+	}
+	if len(sh.queued[name]) == 0 {
+		delete(sh.queued, name)
+	}
+	if len(r.Bells) > 0 {
+		for _, o := range r.State.Clone().Promote(name, now) {
+			if id := r.Bells[o]; id != "" && (sh.own == nil || id != sh.own.id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }

@@ -193,9 +193,10 @@ func states(rs []*record) []*lockstate.State {
 // TTL ran out, though its session keeps it, and grant its name to
 // another. They fail on that name instead, until its holders leave.
 type boundRecord struct {
-	Boot  string `json:"boot"`
-	Wall  int64  `json:"wall"`
-	Epoch string `json:"e"`
+	Boot  string            `json:"boot"`
+	Wall  int64             `json:"wall"`
+	Epoch string            `json:"e"`
+	Bells map[string]string `json:"bells,omitempty"`
 	lockstate.State
 }
 

@@ -38,8 +38,9 @@
 // _sessions) holds the Stores' sessions: see Sessions below. With NoCreate
 // it is used if it exists.
 //
-// SQLite keeps FILE-wal and FILE-shm next to the database, and the store a
-// doorbell, FILE-wake: the directory must be writable by every process
+// SQLite keeps FILE-wal and FILE-shm next to the database, and the store
+// its doorbells, FILE-wake and FILE-wake-ID (one per process that waits,
+// removed when it closes): the directory must be writable by every process
 // that uses the file. Do not put the file on a network file system.
 //
 // # Guarantees and limits
@@ -81,9 +82,11 @@
 // docs/stores/sqlite.md#sessions.
 //
 // Waking waiters: the store implements driver.Waiter. Commits of the same
-// process wake its waiters at once, commits of other processes through the
-// doorbell file (fsnotify); where that cannot be set up, baton's fallback
-// poll covers the rest. See docs/stores/sqlite.md#waking-waiters.
+// process wake its waiters at once; a commit of another process that lets
+// a request in rings the doorbell of the process that queued it (a FIFO,
+// FILE-wake-ID, on Unix), and every commit the common doorbell file, which
+// holder watches follow (fsnotify); where neither can be set up, baton's
+// fallback poll covers the rest. See docs/stores/sqlite.md#waking-waiters.
 package sqlite
 
 import (
@@ -599,6 +602,9 @@ type record struct {
 	Wall int64 `json:"wall,omitempty"`
 	// Epoch is the epoch of Seq: tokens of a later epoch start above it.
 	Epoch epochN `json:"e,omitempty"`
+	// Bells are the doorbells of the processes that queued the queue
+	// entries, by owner (see keepBells).
+	Bells map[string]string `json:"bells,omitempty"`
 	lockstate.State
 }
 
@@ -691,9 +697,9 @@ func (d *db) encode(r *record, c *clock) ([]byte, error) {
 	out := record{Epoch: r.Epoch, State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
 	if !r.Idle() {
 		if bound(&r.State) {
-			return json.Marshal(&boundRecord{Boot: d.boot, Wall: c.wall, Epoch: strconv.FormatUint(uint64(r.Epoch), 10), State: r.State})
+			return json.Marshal(&boundRecord{Boot: d.boot, Wall: c.wall, Epoch: strconv.FormatUint(uint64(r.Epoch), 10), Bells: r.Bells, State: r.State})
 		}
-		out = record{Boot: d.boot, Wall: c.wall, Epoch: r.Epoch, State: r.State}
+		out = record{Boot: d.boot, Wall: c.wall, Epoch: r.Epoch, Bells: r.Bells, State: r.State}
 	}
 	return json.Marshal(&out)
 }
@@ -743,8 +749,9 @@ func (d *db) Update(ctx context.Context, names []string, fn func(int, *lockstate
 // later epoch than d.epoch.
 func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate.State, time.Time) error) (raise uint64, err error) {
 	changed := false
+	var bells []string // the doorbells to ring after the commit
 	err = d.retry(ctx, func() error {
-		raise = 0
+		raise, bells = 0, bells[:0]
 		tx, err := d.sql.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -796,6 +803,7 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 			if !r.Dirty {
 				continue
 			}
+			bells = d.sh.keepBells(names[i], r, c.now, bells)
 			data, err := d.encode(r, &c)
 			if err != nil {
 				return err
@@ -814,6 +822,7 @@ func (d *db) update(ctx context.Context, names []string, fn func(int, *lockstate
 	if changed {
 		d.sh.broadcast()
 		d.sh.ring()
+		ringBells(d.sh.path, bells)
 	}
 	return raise, err
 }
