@@ -203,9 +203,15 @@ type db struct {
 	janitor   sync.WaitGroup
 }
 
-// sqliteBusyTimeout is SQLite's own busy timeout, per lock attempt: short,
-// so that Store's retry loop, which honours the context, stays in charge.
-const sqliteBusyTimeout = 50 * time.Millisecond
+// The store's retry loop (retry) waits for a lock another process holds,
+// not SQLite's busy handler (whose timeout is 0): the handler sleeps 1 ms
+// on the first conflict, then longer, while a write transaction holds the
+// lock for a fraction of that; the loop waits firstBusyWait, doubling up
+// to maxBusyWait, and honours the context.
+const (
+	firstBusyWait = 20 * time.Microsecond
+	maxBusyWait   = 5 * time.Millisecond
+)
 
 var bootID = sync.OnceValues(readBootID)
 
@@ -337,7 +343,7 @@ func dsn(path string, mustExist, epochs bool) string {
 	}
 	q := url.Values{}
 	q.Set("_txlock", "immediate")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()))
+	q.Add("_pragma", "busy_timeout(0)") // see firstBusyWait
 	if epochs {
 		q.Add("_pragma", "synchronous(NORMAL)")
 	} else {
@@ -581,7 +587,7 @@ func (d *db) retry(ctx context.Context, fn func() error) error {
 		if time.Since(start) >= d.busy {
 			return fmt.Errorf("database %s stayed locked by another connection for %v: %w", d.path, d.busy, err)
 		}
-		d := min(time.Millisecond<<min(attempt, 5), 20*time.Millisecond)
+		d := min(firstBusyWait<<min(attempt, 8), maxBusyWait)
 		t := time.NewTimer(driver.Jitter(d))
 		select {
 		case <-t.C:
@@ -935,8 +941,8 @@ func (d *db) write(ctx context.Context, tx *sql.Tx, writes [][2]string) error {
 	st := tx.StmtContext(ctx, d.stUpsert)
 	// The rows without the goroutine the driver starts for each statement
 	// whose context can end (to interrupt it): the context is checked
-	// between rows instead, and a statement waits for a lock
-	// sqliteBusyTimeout at most.
+	// between rows instead, and a statement does not wait for a lock (the
+	// transaction holds the write lock already).
 	wctx := context.WithoutCancel(ctx)
 	for i, w := range writes {
 		if i%64 == 0 {
