@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	github.com/baton-go/baton v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/goccy/go-json v0.10.5
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.37.0
 	modernc.org/sqlite v1.46.1

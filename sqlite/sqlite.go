@@ -107,6 +107,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	gojson "github.com/goccy/go-json"
 	sqlite3 "modernc.org/sqlite"
 
 	"github.com/baton-go/baton"
@@ -659,7 +660,7 @@ func toWall(t time.Time) time.Time {
 // them and Purge reports them.
 func (d *db) decode(name string, data []byte, c *clock) (*record, error) {
 	r := &record{}
-	if err := json.Unmarshal(data, r); err != nil {
+	if err := decodeRecord(data, r); err != nil {
 		return nil, fmt.Errorf("row %q of table %q holds invalid state: %w", name, d.table, err)
 	}
 	if epoch := d.epoch.Load(); uint64(r.Epoch) < epoch {
@@ -703,11 +704,25 @@ func (d *db) encode(r *record, c *clock) ([]byte, error) {
 	out := record{Epoch: r.Epoch, State: lockstate.State{Seq: r.Seq, Ticket: r.Ticket}}
 	if !r.Idle() {
 		if bound(&r.State) {
-			return json.Marshal(&boundRecord{Boot: d.boot, Wall: c.wall, Epoch: strconv.FormatUint(uint64(r.Epoch), 10), Bells: r.Bells, State: r.State})
+			return gojson.Marshal(&boundRecord{Boot: d.boot, Wall: c.wall, Epoch: strconv.FormatUint(uint64(r.Epoch), 10), Bells: r.Bells, State: r.State})
 		}
 		out = record{Boot: d.boot, Wall: c.wall, Epoch: r.Epoch, Bells: r.Bells, State: r.State}
 	}
-	return json.Marshal(&out)
+	return gojson.Marshal(&out)
+}
+
+// decodeRecord parses a row's state. Records are read and written with
+// goccy/go-json, several times faster than encoding/json (which earlier
+// versions of this package, and so other processes, may use: both read
+// what the other writes alike); as anyone who can write the file can write
+// a row, a panic of the decoder is an error.
+func decodeRecord(data []byte, r *record) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("cannot decode: %v", p)
+		}
+	}()
+	return gojson.Unmarshal(data, r)
 }
 
 // get reads the state of name; a missing row is an empty state.
