@@ -294,6 +294,11 @@ func TestMultiProcess(t *testing.T) {
 	if len(pids) != 4 {
 		t.Errorf("sections by %d processes, want 4", len(pids))
 	}
+	// Each waiting process made a doorbell of its own, and removed it
+	// when it closed.
+	if left, _ := filepath.Glob(db + "-wake-*"); len(left) > 0 {
+		t.Errorf("doorbells left by processes that closed: %v", left)
+	}
 }
 
 func TestKilledMidTransaction(t *testing.T) {
