@@ -13,9 +13,10 @@ import (
 // package lockstate), head.lua the clock and the fencing tokens, and each
 // other file one script, which says what it takes and returns. A line
 // "-- #include NAME" is replaced by lua/NAME.lua. Acquire and Release try
-// a fast path before they include the prelude: Lua defines the prelude's
-// functions anew each time a script runs through them, which costs more
-// than the few commands of an uncontended grant or release.
+// fast paths before they include the prelude (an uncontended grant or
+// release, an exclusive request joining a queue, an exclusive hold handed
+// to the head of one): the prelude's general path costs more in Lua than
+// the few commands of those steps.
 
 //go:embed lua/*.lua
 var luaFiles embed.FS

@@ -43,6 +43,36 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {1, tok, now, now, ex, 0, se and 1 or 0}
 end
 
+-- The second fast path: an exclusive request of an owner with no entry
+-- joins the queue of a name that others hold or wait for, and no entry can
+-- have expired. It writes what the general path writes then (open, the
+-- queue's branch and finish), field for field.
+if mode == 1 and queue == 1 then
+  local v = redis.call('HMGET', KEYS[1], 'n', 'S', 'o:' .. owner)
+  if v[1] == ARGV[1] and v[2] and not v[3] then
+    local nh, nq, xq, xh, t, m, hm, mx = struct.unpack('>IIIIdddd', v[2])
+    local now = now_us()
+    if now < m and nh + nq > 0 then
+      local b, mx0, ex = string.sub(KEYS[1], 1, -2), mx, now + qttl
+      t, nq, xq = t + 1, nq + 1, xq + 1
+      if ex < m then m = ex end
+      if ex > mx then mx = ex + (ex - now) end
+      redis.call('ZADD', KEYS[2], t, owner)
+      redis.call('DEL', b .. 'w:' .. owner)
+      redis.call('HSET', KEYS[1], 'o:' .. owner, struct.pack('>BBIdddddd', 2, 1, limit, t, qttl, ttl, now, now, ex) .. info,
+        'S', struct.pack('>IIIIdddd', nh, nq, xq, xh, t, m, hm, mx))
+      if mx ~= mx0 or nq == 1 then
+        local px = math.max(math.ceil((mx - now) / 1000) + linger, 1)
+        if mx ~= mx0 then redis.call('PEXPIRE', KEYS[1], px) end
+        redis.call('PEXPIRE', KEYS[2], px)
+      end
+      local after = 0
+      if nh > 0 and hm > now then after = hm - now end
+      return {0, after, now}
+    end
+  end
+end
+
 -- #include prelude
 
 local k, emode, elimit, etok, ettl, ehttl, ecr, _, eex, raw, pos = open(KEYS[1], now_us(), ARGV[1], owner)
