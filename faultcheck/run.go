@@ -354,12 +354,20 @@ func (r *runner) stopAll(slots []*slot) {
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			r.fail(fmt.Errorf("worker %d did not stop within 15s of being told to: killed", s.id))
+			r.fail(fmt.Errorf("worker %d did not stop within 15s of being told to: killed; its goroutines are at the end of its log in %s/logs", s.id, r.cfg.Dir))
 			s.mu.Lock()
 			s.killed = true
 			s.mu.Unlock()
-			cmd.Process.Kill()
-			<-done
+			// SIGQUIT makes the Go runtime write every goroutine's stack
+			// to the worker's stderr, its log, and exit: what it waited
+			// for. SIGKILL if even that does not end it.
+			cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
 		}
 	}
 	r.wg.Wait()
