@@ -25,12 +25,7 @@ func TestFastPathWritesWhatGeneralPathWrites(t *testing.T) {
 	drivertest.EachServer(t, "BATON_TEST_REDIS", func(t *testing.T, srv drivertest.Server) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		prefix := fmt.Sprintf("batontest-fast-%d", time.Now().UnixNano())
-		s, err := Open(ctx, srv.URL, &Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s, prefix := openFresh(ctx, t, srv, "fast")
 		rdb := s.rdb
 		src := luaSource("acquire")
 		general := strings.Replace(src, "if redis.call('EXISTS', KEYS[1]) == 0 then", "if false then", 1)
@@ -120,12 +115,7 @@ func TestContendedFastPathsWriteWhatGeneralPathWrites(t *testing.T) {
 	drivertest.EachServer(t, "BATON_TEST_REDIS", func(t *testing.T, srv drivertest.Server) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		prefix := fmt.Sprintf("batontest-cfast-%d", time.Now().UnixNano())
-		s, err := Open(ctx, srv.URL, &Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s, prefix := openFresh(ctx, t, srv, "cfast")
 		rdb := s.rdb
 		rel := luaSource("release")
 		relGeneral := strings.Replace(rel, "if not handoff(", "if true or not handoff(", 1)
@@ -336,4 +326,23 @@ func TestContendedFastPathsWriteWhatGeneralPathWrites(t *testing.T) {
 		compare("the third to queue", setup("", ex("h", 30*sec, sec), ex("a", 9*sec, 2*sec)), acquire(ex("b", 2*sec, 500*time.Millisecond)))
 		compare("the third to queue, before its expiry bound", setup("", ex("h", 30*sec, sec), ex("a", 9*sec, 2*sec)), acquire(ex("b", 2*sec, 1500*time.Millisecond)))
 	})
+}
+
+// openFresh opens a Store on srv under a prefix of its own, and deletes
+// every key under it when the test ends.
+func openFresh(ctx context.Context, t *testing.T, srv drivertest.Server, kind string) (*Store, string) {
+	t.Helper()
+	prefix := fmt.Sprintf("batontest-%s-%d", kind, time.Now().UnixNano())
+	s, err := Open(ctx, srv.URL, &Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if keys := s.rdb.Keys(ctx, prefix+":*").Val(); len(keys) > 0 {
+			s.rdb.Del(ctx, keys...)
+		}
+		s.Close()
+	})
+	return s, prefix
 }
