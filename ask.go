@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/baton-go/baton/driver"
@@ -180,7 +179,6 @@ func (c *Client) postAsk(ctx context.Context, name string, ttl time.Duration, me
 
 // asks is a lease's following of asks.
 type asks struct {
-	once  sync.Once
 	ch    chan struct{} // closed when asked
 	cause *AskedError   // set before ch is closed
 }
@@ -192,87 +190,92 @@ type asks struct {
 // else reading every MaxPoll. Nothing is released: what to do is the
 // holder's choice.
 func (l *Lease) Asked() <-chan struct{} {
-	l.followAsks(0)
-	return l.asks.ch
+	return l.followAsks(0).ch
 }
 
 // AskCause returns the ask once Asked is closed, an *AskedError (so
 // errors.Is(err, ErrAsked)); nil before.
 func (l *Lease) AskCause() error {
 	l.mu.Lock()
-	ch := l.asks.ch
+	a := l.asks
 	l.mu.Unlock()
-	if ch == nil {
+	if a == nil {
 		return nil
 	}
 	select {
-	case <-ch:
-		return l.asks.cause
+	case <-a.ch:
+		return a.cause
 	default:
 		return nil
 	}
 }
 
 // followAsks starts following asks after delay (none if zero), unless
-// already started. An ask made before the watch starts is found by the
-// watch's first read; the delay spares short holds any store call.
-func (l *Lease) followAsks(delay time.Duration) {
-	l.asks.once.Do(func() {
-		l.mu.Lock()
-		l.asks.ch = make(chan struct{})
+// already started, and returns where an ask lands. An ask made before the
+// watch starts is found by the watch's first read; the delay spares short
+// holds any store call.
+func (l *Lease) followAsks(delay time.Duration) *asks {
+	l.mu.Lock()
+	if l.asks != nil {
+		a := l.asks
 		l.mu.Unlock()
-		c := l.c
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return
-		}
-		c.wg.Add(1)
+		return a
+	}
+	a := &asks{ch: make(chan struct{})}
+	l.asks = a
+	l.mu.Unlock()
+	c := l.c
+	c.mu.Lock()
+	if c.closed {
 		c.mu.Unlock()
-		go func() {
-			defer c.wg.Done()
-			if delay > 0 {
-				t := c.clock.NewTimer(delay)
-				defer t.Stop()
-				select {
-				case <-t.C():
-				case <-l.ctx.Done():
-					return
-				case <-c.ctx.Done():
-					return
-				}
-			}
-			ctx, cancel := context.WithCancel(l.ctx)
-			defer cancel()
-			hs, err := c.watchHolders(ctx, askName(l.key.Name), c.opts.MaxPoll)
-			if err != nil {
+		return a
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		if delay > 0 {
+			t := c.clock.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C():
+			case <-l.done:
+				return
+			case <-c.ctx.Done():
 				return
 			}
-			for held := range hs {
-				for _, h := range held {
-					upTo, err := strconv.ParseUint(h.Meta[askUpTo], 10, 64)
-					if err != nil || l.token > upTo {
-						continue
-					}
-					l.asks.cause = &AskedError{Name: l.key.Name, Reason: h.Meta[askReason], Prefer: h.Meta[askPrefer]}
-					close(l.asks.ch)
-					c.emit(Event{Kind: EventAsked, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: l.asks.cause})
-					return
+		}
+		ctx, cancel := context.WithCancel(l.Context())
+		defer cancel()
+		hs, err := c.watchHolders(ctx, askName(l.info.Name), c.opts.MaxPoll)
+		if err != nil {
+			return
+		}
+		for held := range hs {
+			for _, h := range held {
+				upTo, err := strconv.ParseUint(h.Meta[askUpTo], 10, 64)
+				if err != nil || l.token > upTo {
+					continue
 				}
+				a.cause = &AskedError{Name: l.info.Name, Reason: h.Meta[askReason], Prefer: h.Meta[askPrefer]}
+				close(a.ch)
+				c.emit(Event{Kind: EventAsked, Name: l.info.Name, Owner: l.info.Owner, Token: l.token, Err: a.cause})
+				return
 			}
-		}()
-	})
+		}
+	}()
+	return a
 }
 
 // cancelOnAsk follows asks (after delay) and cancels ctx with the ask as its
 // cause when one comes; the function it returns stops waiting for it.
 func (l *Lease) cancelOnAsk(ctx context.Context, cancel context.CancelCauseFunc, delay time.Duration) (stop func()) {
-	l.followAsks(delay)
+	a := l.followAsks(delay)
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-l.asks.ch:
-			cancel(l.asks.cause)
+		case <-a.ch:
+			cancel(a.cause)
 		case <-ctx.Done():
 		case <-done:
 		}

@@ -145,3 +145,60 @@ func TestDoReleasesAfterTheMinimumHold(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// A lease's context is made when first asked for, so it must end with the
+// lease whenever that is: asked for before the end, after it, or while it
+// ends (run with -race).
+func TestLeaseContextAnyTime(t *testing.T) {
+	ctx := context.Background()
+	c, _ := baton.New(mem.New(), nil)
+	defer c.Close()
+	check := func(what string, lctx context.Context) {
+		t.Helper()
+		select {
+		case <-lctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the context did not end with the lease", what)
+		}
+		if !errors.Is(context.Cause(lctx), baton.ErrReleased) {
+			t.Errorf("%s: cause %v, want ErrReleased", what, context.Cause(lctx))
+		}
+	}
+	l, err := c.Lock(ctx, "ctx-before", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Context()
+	if before.Err() != nil {
+		t.Fatal("the context ended while the lease is held")
+	}
+	if l.Context() != before {
+		t.Error("Context returned another context the second time")
+	}
+	l.Release(ctx)
+	check("asked for before the release", before)
+
+	l, err = c.Lock(ctx, "ctx-after", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	check("asked for after the release", l.Context())
+
+	for i := range 50 {
+		l, err := c.Lock(ctx, "ctx-during", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan context.Context)
+		go func() { got <- l.Context() }()
+		if i%2 == 0 {
+			l.Release(ctx)
+			check("asked for while it was released", <-got)
+		} else {
+			lctx := <-got
+			l.Release(ctx)
+			check("asked for while it was released", lctx)
+		}
+	}
+}

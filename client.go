@@ -260,7 +260,8 @@ func (c *Client) Do(ctx context.Context, name string, o *LockOptions, fn func(ct
 	}
 	token = l.Token()
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	if o != nil && o.Revocable {
 		stopAsks := l.cancelOnAsk(fctx, cancel, c.opts.MaxPoll)
 		defer stopAsks()
@@ -690,7 +691,7 @@ func (c *Client) releaseAll(ls []*Lease) {
 	for _, l := range ls {
 		if left := l.minLeft(now); left > 0 && l.session == nil {
 			l.end(ErrReleased, false)
-			keep = append(keep, driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: minHoldTTL(left)})
+			keep = append(keep, driver.Hold{Name: l.info.Name, Owner: l.info.Owner, TTL: minHoldTTL(left)})
 		} else {
 			rest = append(rest, l)
 		}
@@ -725,7 +726,7 @@ func (c *Client) releaseAll(ls []*Lease) {
 	// In name order, so that each batch touches neighbouring records:
 	// on SQLite a batch of scattered names rewrites a page per name.
 	ls = rest
-	slices.SortFunc(ls, func(a, b *Lease) int { return strings.Compare(a.key.Name, b.key.Name) })
+	slices.SortFunc(ls, func(a, b *Lease) int { return strings.Compare(a.info.Name, b.info.Name) })
 	// Nothing here reads which keys were held: a store that releases for
 	// less without saying so does.
 	release := func(ctx context.Context, keys []driver.Key) error {
@@ -740,7 +741,7 @@ func (c *Client) releaseAll(ls []*Lease) {
 	for part := range slices.Chunk(ls, maxBatch) {
 		keys := make([]driver.Key, len(part))
 		for i, l := range part {
-			keys[i] = l.key
+			keys[i] = l.dkey()
 			l.end(ErrReleased, false)
 		}
 		sem <- struct{}{}

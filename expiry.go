@@ -102,7 +102,7 @@ func (c *Client) expire(x *expiry) {
 	var keys []driver.Key
 	for _, l := range ls {
 		if l.expire() {
-			keys = append(keys, l.key)
+			keys = append(keys, l.dkey())
 		}
 	}
 	for part := range slices.Chunk(keys, maxBatch) {

@@ -243,7 +243,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 	now := c.clock.Now()
 	for i, l := range batch {
 		l.mu.Lock()
-		holds[i] = driver.Hold{Name: l.key.Name, Owner: l.key.Owner, TTL: l.ttl + l.delay}
+		holds[i] = driver.Hold{Name: l.info.Name, Owner: l.info.Owner, TTL: l.ttl + l.delay}
 		left[i] = l.deadline.Sub(now)
 		if first.IsZero() || l.deadline.Before(first) {
 			first = l.deadline
@@ -270,7 +270,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 			l.mu.Lock()
 			l.renewAt, l.retrying = now.Add(min(l.ttl/10, time.Second)), true
 			l.mu.Unlock()
-			c.report(Event{Kind: EventRenewFailed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err})
+			c.report(Event{Kind: EventRenewFailed, Name: l.info.Name, Owner: l.info.Owner, Token: l.token, Err: err})
 		}
 		return
 	}
@@ -282,7 +282,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 		}
 		l.renewed(gs[i], sent, holds[i].TTL-l.delay)
 		if events {
-			c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left[i]})
+			c.emit(Event{Kind: EventRenewed, Name: l.info.Name, Owner: l.info.Owner, Token: l.token, Left: left[i]})
 		}
 	}
 }

@@ -14,17 +14,14 @@ import (
 // Lease is one granted hold. Its methods are safe for concurrent use.
 type Lease struct {
 	c         *Client
-	key       driver.Key
 	mode      driver.Mode
-	limit     int
 	keepAlive bool
+	ownTTL    bool // the hold has a TTL of its own in the store, session or not
+	limit     int
 	delay     time.Duration // lock-delay: the store keeps the hold this much longer than the lease
 	token     uint64
 	session   driver.Session // non-nil: lives in a store session
-	ownTTL    bool           // the hold has a TTL of its own in the store, session or not
 	done      chan struct{}
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
 	granted   time.Time // local monotonic
 
 	mu       sync.Mutex
@@ -33,11 +30,13 @@ type Lease struct {
 	deadline time.Time     // local monotonic, by the hold's own TTL; zero: none (session-bound)
 	renewAt  time.Time     // when keepalive renews next
 	retrying bool          // the last renewal failed
+	over     bool          // finish has set err and told ctx, or would have
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	minUntil time.Time     // local monotonic: a release before keeps the hold until then (LockOptions.MinHold)
 	err      error
-
-	asks asks // following asks to let go (Asked)
+	ctx      context.Context // made by the first call of Context
+	cancel   context.CancelCauseFunc
+	asks     *asks // made by the first call of followAsks
 
 	// keepalive's, guarded by c.mu
 	slot    *slot // where the lease waits for its renewal; nil: not queued
@@ -74,7 +73,7 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 		return l
 	}
 	l := &Lease{
-		c: c, key: k, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive, delay: delay,
+		c: c, mode: req.Mode, limit: req.Limit, keepAlive: keepAlive, delay: delay,
 		token: g.Token, session: g.Session, ownTTL: g.Session == nil || !g.Expires.IsZero(),
 		done: make(chan struct{}), ttl: ttl, granted: sent, lastLeft: -1,
 		info: LockInfo{
@@ -83,7 +82,6 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 			Created: g.Created, Renewed: g.Renewed, Expires: g.Expires,
 		},
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.leases[k] = l
 	c.mu.Unlock()
 
@@ -154,7 +152,7 @@ func (l *Lease) end(err error, release bool) {
 	if l.finish(err) && release {
 		c := l.c
 		ctx, cancel := c.withTimeout(context.Background(), c.opTimeout())
-		_, _ = c.store.Release(ctx, []driver.Key{l.key})
+		_, _ = c.store.Release(ctx, []driver.Key{l.dkey()})
 		cancel()
 	}
 }
@@ -181,13 +179,19 @@ func (l *Lease) finish(err error) bool {
 	}
 	// The event and the context's cause come first, so that whoever wakes
 	// on Done finds them.
-	c.emit(Event{Kind: kind, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Err: err, Held: c.clock.Now().Sub(l.granted)})
-	l.cancel(err)
+	c.emit(Event{Kind: kind, Name: l.info.Name, Owner: l.info.Owner, Token: l.token, Err: err, Held: c.clock.Now().Sub(l.granted)})
+	l.mu.Lock()
+	l.over = true
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(err)
+	}
 	close(l.done)
 
 	c.mu.Lock()
-	if c.leases[l.key] == l {
-		delete(c.leases, l.key)
+	if c.leases[l.dkey()] == l {
+		delete(c.leases, l.dkey())
 	}
 	c.unschedule(l)
 	c.mu.Unlock()
@@ -198,10 +202,10 @@ func (l *Lease) finish(err error) bool {
 }
 
 // Name is the lock's name.
-func (l *Lease) Name() string { return l.key.Name }
+func (l *Lease) Name() string { return l.info.Name }
 
 // Owner is the owner id the hold was granted to.
-func (l *Lease) Owner() string { return l.key.Owner }
+func (l *Lease) Owner() string { return l.info.Owner }
 
 // Token is the fencing token: larger than the token of every earlier grant
 // of this name, by any owner. Pass it to whatever the lock protects.
@@ -257,7 +261,20 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Context returns a context that is cancelled when the lease ends; its
 // cause is the lease's Err.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil { // made on demand: most holders never ask for it
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.over {
+			l.cancel(l.err)
+		}
+	}
+	return l.ctx
+}
+
+// dkey is the lease's key in the store.
+func (l *Lease) dkey() driver.Key { return driver.Key{Name: l.info.Name, Owner: l.info.Owner} }
 
 // Err is nil while the lease is held, and says why once it ended:
 // ErrReleased, ErrLeaseLost or ErrExpired (or a store session's error).
@@ -282,28 +299,28 @@ func (l *Lease) Err() error {
 // store no longer has the hold (the lease then ends with ErrLeaseLost).
 func (l *Lease) Renew(ctx context.Context) (err error) {
 	if err := l.Err(); err != nil {
-		return storeErr("renew", l.key.Name, ErrNotHeld)
+		return storeErr("renew", l.info.Name, ErrNotHeld)
 	}
 	c := l.c
-	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
+	ctx, end := c.observe(ctx, Op{Kind: "renew", Name: l.info.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	l.mu.Lock()
 	sent := c.clock.Now()
 	ttl, left := l.ttl, l.deadlineLocked().Sub(sent)
 	l.mu.Unlock()
-	done := c.call(ctx, "renew", l.key.Name)
-	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: ttl + l.delay}})
+	done := c.call(ctx, "renew", l.info.Name)
+	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.info.Name, Owner: l.info.Owner, TTL: ttl + l.delay}})
 	done(err)
 	if err != nil {
-		return storeErr("renew", l.key.Name, err)
+		return storeErr("renew", l.info.Name, err)
 	}
 	if gs[0] == nil {
 		l.end(ErrLeaseLost, false)
-		return storeErr("renew", l.key.Name, ErrNotHeld)
+		return storeErr("renew", l.info.Name, ErrNotHeld)
 	}
 	l.renewed(gs[0], sent, ttl)
 	c.schedule(l) // a shorter TTL moves the next renewal earlier
-	c.emit(Event{Kind: EventRenewed, Name: l.key.Name, Owner: l.key.Owner, Token: l.token, Left: left})
+	c.emit(Event{Kind: EventRenewed, Name: l.info.Name, Owner: l.info.Owner, Token: l.token, Left: left})
 	return nil
 }
 
@@ -324,9 +341,9 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 	if err := l.Err(); err != nil {
 		l.end(err, false) // the deadline may have passed before the timer fired
-		return storeErr("release", l.key.Name, ErrNotHeld)
+		return storeErr("release", l.info.Name, ErrNotHeld)
 	}
-	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.key.Name, Mode: Mode(l.mode), Limit: l.limit})
+	ctx, end := l.c.observe(ctx, Op{Kind: "release", Name: l.info.Name, Mode: Mode(l.mode), Limit: l.limit})
 	defer func() { end(OpResult{Err: err, Token: l.token}) }()
 	var early error // the minimum hold was cut short
 	if left := l.minLeft(l.c.clock.Now()); left > 0 {
@@ -339,17 +356,17 @@ func (l *Lease) ReleaseStrict(ctx context.Context) (err error) {
 			defer cancel()
 		}
 	}
-	done := l.c.call(ctx, "release", l.key.Name)
-	held, err := l.c.store.Release(ctx, []driver.Key{l.key})
+	done := l.c.call(ctx, "release", l.info.Name)
+	held, err := l.c.store.Release(ctx, []driver.Key{l.dkey()})
 	done(err)
 	l.end(ErrReleased, false)
 	switch {
 	case err != nil:
-		return storeErr("release", l.key.Name, err)
+		return storeErr("release", l.info.Name, err)
 	case !held[0]:
-		return storeErr("release", l.key.Name, ErrNotHeld)
+		return storeErr("release", l.info.Name, ErrNotHeld)
 	case early != nil:
-		return storeErr("release", l.key.Name, fmt.Errorf("released before its minimum hold had passed: %w", early))
+		return storeErr("release", l.info.Name, fmt.Errorf("released before its minimum hold had passed: %w", early))
 	}
 	return nil
 }
@@ -384,14 +401,14 @@ func minHoldTTL(left time.Duration) time.Duration {
 func (l *Lease) keepFor(ctx context.Context, left time.Duration) error {
 	c := l.c
 	l.end(ErrReleased, false)
-	done := c.call(ctx, "release", l.key.Name)
-	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.key.Name, Owner: l.key.Owner, TTL: minHoldTTL(left)}})
+	done := c.call(ctx, "release", l.info.Name)
+	gs, err := c.store.Renew(ctx, []driver.Hold{{Name: l.info.Name, Owner: l.info.Owner, TTL: minHoldTTL(left)}})
 	done(err)
 	switch {
 	case err != nil:
-		return storeErr("release", l.key.Name, err)
+		return storeErr("release", l.info.Name, err)
 	case gs[0] == nil:
-		return storeErr("release", l.key.Name, ErrNotHeld)
+		return storeErr("release", l.info.Name, ErrNotHeld)
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ func (c *Client) Health(min float64) error {
 		}
 		l.mu.Unlock()
 		if left >= 0 && float64(left) < min*float64(ttl) {
-			return fmt.Errorf("baton: lease of lock %q renewed with only %v of its %v left", l.key.Name, left.Round(time.Millisecond), ttl)
+			return fmt.Errorf("baton: lease of lock %q renewed with only %v of its %v left", l.info.Name, left.Round(time.Millisecond), ttl)
 		}
 	}
 	return nil
