@@ -30,7 +30,7 @@ type Lease struct {
 	deadline time.Time     // local monotonic, by the hold's own TTL; zero: none (session-bound)
 	renewAt  time.Time     // when keepalive renews next
 	retrying bool          // the last renewal failed
-	over     bool          // finish has set err and told ctx, or would have
+	over     bool          // finish has ended the lease: a context made from now on starts cancelled
 	lastLeft time.Duration // time left when the last successful renewal was sent (-1: none yet)
 	minUntil time.Time     // local monotonic: a release before keeps the hold until then (LockOptions.MinHold)
 	err      error
