@@ -77,3 +77,32 @@ func FakeClock(t testing.TB, key string) {
 // SlowSessionRelease makes s's ReleaseSession pause for d after its first
 // call, as a long one would.
 func SlowSessionRelease(s *Store, d time.Duration) { s.releasePause = d }
+
+// DeleteKeys deletes every key whose prefix starts with prefix (tests'
+// stores of prefixes of their own included), counters included.
+func DeleteKeys(u, prefix string) error {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := rdb.Unlink(ctx, keys[:n]...).Err(); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
+}

@@ -338,11 +338,10 @@ func openFresh(ctx context.Context, t *testing.T, srv drivertest.Server, kind st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := context.Background()
-		if keys := s.rdb.Keys(ctx, prefix+":*").Val(); len(keys) > 0 {
-			s.rdb.Del(ctx, keys...)
-		}
 		s.Close()
+		if err := DeleteKeys(srv.URL, prefix+":"); err != nil {
+			t.Errorf("deleting the test's keys: %v", err)
+		}
 	})
 	return s, prefix
 }

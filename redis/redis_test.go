@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/driver"
 	"github.com/baton-go/baton/drivertest"
@@ -25,40 +23,11 @@ var prefix = fmt.Sprintf("batontest-%08x", rand.Uint32())
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, s := range drivertest.Servers(serversEnv) {
-		if err := deleteKeys(s.URL, prefix); err != nil {
+		if err := batonredis.DeleteKeys(s.URL, prefix); err != nil {
 			fmt.Fprintln(os.Stderr, "cleaning up test keys:", err)
 		}
 	}
 	os.Exit(code)
-}
-
-// deleteKeys deletes every key whose prefix starts with prefix (tests'
-// stores of prefixes of their own included), counters included.
-func deleteKeys(u, prefix string) error {
-	o, err := redis.ParseURL(u)
-	if err != nil {
-		return err
-	}
-	rdb := redis.NewClient(o)
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := rdb.Unlink(ctx, keys[:n]...).Err(); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
 }
 
 // serversEnv lists the servers the tests run on (scripts/servers env).

@@ -320,7 +320,7 @@ func BenchmarkSessionRenewal(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			_ = deleteKeys(srv.URL, p)
+			_ = batonredis.DeleteKeys(srv.URL, p)
 		})
 	}
 }
