@@ -504,6 +504,46 @@ BEGIN
 			o_status := 0; o_renewed := o_created; o_after := 0; o_bound := p_session IS NOT NULL;
 			RETURN;
 		END IF;
+		-- The second fast path, the commonest call under contention: an
+		-- exclusive request to wait, of an owner without an entry, on a name
+		-- whose entries are all live (so it cannot be granted, and nothing
+		-- is to be dropped), joins the queue. The first statement locks the
+		-- name's row, so that the second reads the entries as every change
+		-- before it left them. A ticket taken for nothing (the second
+		-- statement inserts no entry) is only a gap.
+		IF p_queue THEN
+			UPDATE {COUNTERS} k SET ticket = k.ticket + 1
+			 WHERE k.name = p_name AND k.busy AND k.xo IS NULL
+			   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner) -- (a waiter asking again)
+			RETURNING k.ticket INTO v_ticket;
+			IF FOUND THEN
+				WITH s AS (
+					SELECT t.now, CASE WHEN h.first IS NOT NULL OR t.now < i.grace THEN greatest(h.first, i.grace) END AS after
+					  FROM (SELECT clock_timestamp() AS now) t
+					  JOIN {INCARNATION} i ON i.id
+					 CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE e.expires <= t.now) AS gone,
+					                            min(e.expires) FILTER (WHERE NOT e.queued) AS first
+					                       FROM {HOLDS} e WHERE e.name = p_name) h
+					 WHERE h.n > 0 AND h.gone = 0 AND (p_durable < 0 OR p_ttl > p_durable OR p_ttl <= i.max_ttl)
+					   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner)
+					   AND set_config('synchronous_commit',
+					                  CASE WHEN p_durable >= 0 AND p_ttl <= p_durable THEN 'off' ELSE 'on' END, true) IS NOT NULL
+				), n AS (
+					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
+					                     hold_ttl, durable, chan)
+					SELECT p_name, p_owner, true, 1, p_limit, v_ticket, p_host, p_meta, p_qttl, s.now, s.now,
+					       s.now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable, p_chan
+					  FROM s
+					RETURNING 1
+				)
+				SELECT s.now, s.after INTO v_now, v_first FROM s, n;
+				IF FOUND THEN
+					o_status := 2; o_token := 0; o_created := v_now; o_renewed := v_now; o_expires := v_now;
+					o_after := coalesce((extract(epoch FROM v_first - v_now) * 1000000000)::bigint, 0);
+					RETURN;
+				END IF;
+			END IF;
+		END IF;
 	END IF;
 
 	-- begin's common case, inline: the marker is there, and the lease
@@ -749,6 +789,7 @@ DECLARE
 	v_gone integer;
 	v_held boolean;
 	v_done integer[];
+	v_line text;
 BEGIN
 	-- A release lost in a crash only brings the hold back until it
 	-- expires, within the grace period.
@@ -774,6 +815,61 @@ BEGIN
 	END LOOP;
 	IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
 		RETURN;
+	END IF;
+	-- The fast path, the commonest release under contention: a live
+	-- exclusive hold handed to the head of the queue, an exclusive request
+	-- that wake would grant at once without a raise of max_ttl (the marker
+	-- there, past the grace period, the counter not full), on a name
+	-- without expired entries. With the name's row locked, one statement
+	-- checks all that, and one hands the name over, as take, the deletion
+	-- and wake would, committed durably when the owner's bound says so.
+	-- Anything else goes the long way below.
+	IF cardinality(p_names) = 1 THEN
+		PERFORM 1 FROM {COUNTERS} k WHERE k.name = p_names[1] AND k.busy AND k.xo IS NULL FOR UPDATE;
+		IF FOUND THEN
+			v_now := clock_timestamp();
+			SELECT q.owner, q.ttl, coalesce(q.chan, {CHANNEL}) AS chan, i.epoch, q.durable < 0 OR q.ttl > q.durable AS sync INTO r
+			  FROM {COUNTERS} k
+			  JOIN {INCARNATION} i ON i.id
+			 CROSS JOIN LATERAL (
+				SELECT e.owner, e.mode, e.hold_ttl, e.durable, e.chan,
+				       e.hold_ttl + least(greatest(e.hold_ttl / 20, 1000000), 50000000) AS ttl
+				  FROM {HOLDS} e WHERE e.name = k.name AND e.queued AND e.expires > v_now
+				 ORDER BY e.token LIMIT 1) q
+			 WHERE k.name = p_names[1] AND v_now >= i.grace AND (k.epoch < i.epoch OR k.seq < 4294967295)
+			   AND q.mode = 1 AND q.hold_ttl IS NOT NULL AND q.durable IS NOT NULL
+			   AND (q.durable < 0 OR q.ttl > q.durable OR q.ttl <= i.max_ttl)
+			   AND EXISTS (SELECT 1 FROM {HOLDS} m
+			                WHERE m.name = k.name AND m.owner = p_owners[1] AND NOT m.queued AND m.mode = 1 AND m.expires > v_now)
+			   AND NOT EXISTS (SELECT 1 FROM {HOLDS} x WHERE x.name = k.name AND x.expires <= v_now);
+			IF FOUND THEN
+				IF r.sync THEN
+					PERFORM set_config('synchronous_commit', 'on', true);
+				END IF;
+				WITH d AS (
+					DELETE FROM {HOLDS} e WHERE e.name = p_names[1] AND e.owner = p_owners[1]
+				), t AS (
+					UPDATE {COUNTERS} k
+					   SET seq = CASE WHEN k.epoch >= r.epoch THEN k.seq + 1 ELSE 1 END, epoch = greatest(k.epoch, r.epoch)
+					 WHERE k.name = p_names[1]
+					RETURNING (k.epoch::bigint << 32) | k.seq AS token
+				)
+				UPDATE {HOLDS} e
+				   SET queued = false, token = t.token, ttl_ns = e.hold_ttl, hold_ttl = NULL, durable = NULL, sid = NULL,
+				       created = v_now, renewed = v_now, expires = v_now + ((r.ttl + 999) / 1000) * interval '1 microsecond'
+				  FROM t
+				 WHERE e.name = p_names[1] AND e.owner = r.owner
+				-- As wake tells it.
+				RETURNING p_names[1] || E'\n' || e.owner || ' ' || e.token || ' ' || floor(extract(epoch FROM e.created) * 1000000)::bigint
+				          || ' ' || floor(extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
+				INTO v_line;
+				PERFORM pg_notify(r.chan, v_line);
+				o_i := 1;
+				o_held := true;
+				RETURN NEXT;
+				RETURN;
+			END IF;
+		END IF;
 	END IF;
 	FOR r IN
 		SELECT u.name, u.owner, u.i::integer AS i
