@@ -1045,6 +1045,50 @@ func TestHandedHoldReleasedIsNotTaken(t *testing.T) {
 	})
 }
 
+// Release reports a hold whose TTL has run out as not held, whether it
+// is its name's only entry (inline in the name's row) or in the holds
+// table (a waiter queued behind it), released alone or in a batch.
+func TestReleaseOfExpiredHold(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t, freshTable(t))
+		ttl := 50 * time.Millisecond
+		take := func(n, owner string, queue bool) {
+			t.Helper()
+			_, err := s.Acquire(ctx, &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: ttl,
+				Queue: queue, QueueTTL: 10 * time.Second})
+			if queue && errors.Is(err, driver.ErrNotGranted) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, batch := range []bool{false, true} {
+			inline, queued := fmt.Sprintf("expired/%v/inline", batch), fmt.Sprintf("expired/%v/queued", batch)
+			take(inline, "h", false)
+			take(queued, "h", false)
+			take(queued, "w", true) // moves h's hold to the holds table
+			time.Sleep(3 * ttl)
+			keys := [][]driver.Key{{{Name: inline, Owner: "h"}}, {{Name: queued, Owner: "h"}}}
+			if batch {
+				keys = [][]driver.Key{{{Name: inline, Owner: "h"}, {Name: queued, Owner: "h"}}}
+			}
+			for _, ks := range keys {
+				held, err := s.Release(ctx, ks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, h := range held {
+					if h {
+						t.Errorf("Release of %v, expired: held[%d] = true", ks, i)
+					}
+				}
+			}
+		}
+	})
+}
+
 // lockBehind starts c.Lock of n, whose one holder is there already, and
 // returns once the request waits in the queue (as s lists it); the
 // channel receives the lease, or nil if Lock failed.

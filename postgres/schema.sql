@@ -801,20 +801,33 @@ BEGIN
 	END IF;
 	-- Inline holds: nobody waits for their names. (xs means nothing once
 	-- xo is NULL, and every grant sets it.)
-	FOR r IN
+	IF cardinality(p_names) = 1 THEN
 		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
-		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
-		 WHERE k.name = u.name AND k.xo = u.owner
-		RETURNING u.i::integer AS i,
-		          k.xe > clock_timestamp()
-		          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
-	LOOP
-		v_done := v_done || r.i;
-		o_i := r.i; o_held := r.held;
-		RETURN NEXT;
-	END LOOP;
-	IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
-		RETURN;
+		 WHERE k.name = p_names[1] AND k.xo = p_owners[1]
+		RETURNING k.xe > clock_timestamp()
+		          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp())
+		     INTO o_held;
+		IF FOUND THEN
+			o_i := 1;
+			RETURN NEXT;
+			RETURN;
+		END IF;
+	ELSE
+		FOR r IN
+			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
+			  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
+			 WHERE k.name = u.name AND k.xo = u.owner
+			RETURNING u.i::integer AS i,
+			          k.xe > clock_timestamp()
+			          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
+		LOOP
+			v_done := v_done || r.i;
+			o_i := r.i; o_held := r.held;
+			RETURN NEXT;
+		END LOOP;
+		IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
+			RETURN;
+		END IF;
 	END IF;
 	-- The fast path, the commonest release under contention: a live
 	-- exclusive hold handed to the head of the queue, an exclusive request
