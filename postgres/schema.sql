@@ -794,11 +794,6 @@ BEGIN
 	-- A release lost in a crash only brings the hold back until it
 	-- expires, within the grace period.
 	PERFORM set_config('synchronous_commit', 'off', true);
-	IF cardinality(p_names) > 1 THEN
-		PERFORM 1 FROM {COUNTERS} k
-		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
-		 ORDER BY k.name FOR UPDATE OF k;
-	END IF;
 	-- Inline holds: nobody waits for their names. (xs means nothing once
 	-- xo is NULL, and every grant sets it.)
 	IF cardinality(p_names) = 1 THEN
@@ -812,32 +807,14 @@ BEGIN
 			RETURN NEXT;
 			RETURN;
 		END IF;
-	ELSE
-		FOR r IN
-			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
-			  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
-			 WHERE k.name = u.name AND k.xo = u.owner
-			RETURNING u.i::integer AS i,
-			          k.xe > clock_timestamp()
-			          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
-		LOOP
-			v_done := v_done || r.i;
-			o_i := r.i; o_held := r.held;
-			RETURN NEXT;
-		END LOOP;
-		IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
-			RETURN;
-		END IF;
-	END IF;
-	-- The fast path, the commonest release under contention: a live
-	-- exclusive hold handed to the head of the queue, an exclusive request
-	-- that wake would grant at once without a raise of max_ttl (the marker
-	-- there, past the grace period, the counter not full), on a name
-	-- without expired entries. With the name's row locked, one statement
-	-- checks all that, and one hands the name over, as take, the deletion
-	-- and wake would, committed durably when the owner's bound says so.
-	-- Anything else goes the long way below.
-	IF cardinality(p_names) = 1 THEN
+		-- The fast path, the commonest release under contention: a live
+		-- exclusive hold handed to the head of the queue, an exclusive request
+		-- that wake would grant at once without a raise of max_ttl (the marker
+		-- there, past the grace period, the counter not full), on a name
+		-- without expired entries. With the name's row locked, one statement
+		-- checks all that, and one hands the name over, as take, the deletion
+		-- and wake would, committed durably when the owner's bound says so.
+		-- Anything else goes the long way below.
 		PERFORM 1 FROM {COUNTERS} k WHERE k.name = p_names[1] AND k.busy AND k.xo IS NULL FOR UPDATE;
 		IF FOUND THEN
 			v_now := clock_timestamp();
@@ -882,6 +859,25 @@ BEGIN
 				RETURN NEXT;
 				RETURN;
 			END IF;
+		END IF;
+	ELSE
+		PERFORM 1 FROM {COUNTERS} k
+		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
+		 ORDER BY k.name FOR UPDATE OF k;
+		FOR r IN
+			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
+			  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
+			 WHERE k.name = u.name AND k.xo = u.owner
+			RETURNING u.i::integer AS i,
+			          k.xe > clock_timestamp()
+			          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
+		LOOP
+			v_done := v_done || r.i;
+			o_i := r.i; o_held := r.held;
+			RETURN NEXT;
+		END LOOP;
+		IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
+			RETURN;
 		END IF;
 	END IF;
 	FOR r IN
