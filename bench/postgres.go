@@ -15,8 +15,10 @@ package main
 //	             release hands the lock to the head of the queue and
 //	             notifies its owner, who listens on its own connection.
 //	             Asynchronous commit, as baton's default. No sessions,
-//	             metadata, shared modes, epochs or grace periods, and an
-//	             expired holder is not replaced while others wait.
+//	             metadata, shared modes, epochs or grace periods; an
+//	             expired holder is not replaced while others wait, and a
+//	             Lock whose context ends while it waits leaves its queue
+//	             entry behind: a floor to measure, not a lock to use.
 //
 // baton=postgres://… needs no kind of its own: importing the store
 // registers its URL schemes.
@@ -171,7 +173,9 @@ BEGIN
 END $$;
 `
 
-var pgQueueOnce sync.Mutex
+// pgQueueSchemaMu lets one client at a time run pgQueueSchema: concurrent
+// CREATE OR REPLACE of one function can fail.
+var pgQueueSchemaMu sync.Mutex
 
 func pgQueueTarget(url string) Target {
 	return Target{Name: "pg-queue", New: func(ctx context.Context) (Locker, error) {
@@ -185,11 +189,9 @@ func pgQueueTarget(url string) Target {
 			_, err = conn.Exec(ctx, "SET synchronous_commit = off")
 		}
 		if err == nil {
-			// Concurrent CREATE OR REPLACE of one function can fail: one
-			// client at a time.
-			pgQueueOnce.Lock()
+			pgQueueSchemaMu.Lock()
 			_, err = conn.Exec(ctx, pgQueueSchema)
-			pgQueueOnce.Unlock()
+			pgQueueSchemaMu.Unlock()
 		}
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"bench_pgq_" + owner}.Sanitize())
