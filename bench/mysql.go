@@ -175,10 +175,11 @@ var mysqlQueueSchema = []string{
 		SELECT 1 INTO x FROM bench_myq_name WHERE name = n FOR UPDATE;
 		IF x IS NULL THEN
 			-- A new name: its rows inserted by statements of their own
-			-- (two transactions' INSERT IGNORE of one row deadlock).
+			-- (two transactions' INSERT IGNORE of one row deadlock), the
+			-- state's first, so that a name's row never exists without it.
 			COMMIT;
-			INSERT IGNORE INTO bench_myq_name (name) VALUES (n);
 			INSERT IGNORE INTO bench_myq_lock (name) VALUES (n);
+			INSERT IGNORE INTO bench_myq_name (name) VALUES (n);
 			START TRANSACTION;
 			SELECT 1 INTO x FROM bench_myq_name WHERE name = n FOR UPDATE;
 		END IF;
