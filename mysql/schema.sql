@@ -945,7 +945,7 @@ proc: BEGIN
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE v_rang, v_bound INT DEFAULT 0;
 	DECLARE v_msid VARBINARY(32) DEFAULT NULL;
-	DECLARE v_dead TINYINT DEFAULT 0;
+	DECLARE v_dead, v_lean TINYINT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -1075,6 +1075,33 @@ proc: BEGIN
 	IF v_count = 0 THEN
 		SET v_me = -1;
 	ELSE
+	IF p_mode = 1 THEN
+		-- An exclusive request needs less of the name's state, and the
+		-- commonest calls under contention, a request of an owner without
+		-- an entry (refused, it joins the queue) and the head of the queue
+		-- asking again, get it without joining the entries to the request's
+		-- own: the number of holders and of queued entries, the head's
+		-- ticket, the queue's tail (the blocker of a request that joins),
+		-- the oldest holder and the first expiry. When an entry has
+		-- expired, the owner holds the name or waits behind others, the
+		-- aggregate below decides instead.
+		SELECT COALESCE(SUM(expires <= v_now), 0), COALESCE(MAX(IF(owner = p_owner, queued, NULL)), -1),
+		       MAX(IF(owner = p_owner, token, NULL)), MAX(IF(owner = p_owner, expires, NULL)),
+		       COALESCE(SUM(queued = 0), 0), COALESCE(SUM(queued = 1), 0), MIN(IF(queued = 1, token, NULL)),
+		       MIN(IF(queued = 0, expires, NULL)),
+		       MAX(IF(queued = 1, CONCAT(LPAD(token, 20, '0'), owner), NULL)),
+		       MIN(IF(queued = 0, CONCAT(LPAD(token, 20, '0'), owner), NULL))
+		  INTO v_gone, v_me, v_mtoken, v_mexp, v_holders, v_ahead, v_btoken, v_first, v_pred, v_hold_old
+		  FROM {HOLDS} WHERE name = p_name;
+		IF v_gone = 0 AND (v_me = -1 OR v_me = 1 AND v_mtoken = v_btoken) THEN
+			SET v_lean = 1;
+			IF v_me = 1 THEN
+				SET v_ahead = 0, v_pred = NULL;
+			END IF;
+		END IF;
+		SET v_btoken = NULL;
+	END IF;
+	IF NOT v_lean THEN
 
 	-- The name's state with expired entries left out (lockstate drops them
 	-- first), the request's own live entry (v_me: -1 none, 0 a hold, 1 a
@@ -1113,6 +1140,7 @@ proc: BEGIN
 		IF v_dead AND ROW_COUNT() < v_gone THEN
 			DELETE FROM {HOLDS} WHERE name = p_name AND owner = p_owner AND expires <= v_now;
 		END IF;
+	END IF;
 	END IF;
 	END IF;
 
