@@ -139,6 +139,10 @@ func main() {
 	if *skipLocks {
 		*basic = false
 	}
+	if *basic && (*n < 1 || *clients < 2 || *handoffs < 1 || *dur <= 0) {
+		fmt.Fprintln(os.Stderr, "bench: -n and -handoffs are at least 1, -clients at least 2 (the hand-off is between two of them), -d above 0")
+		os.Exit(2)
+	}
 	fmt.Printf("go %s, %s/%s, %d CPUs, %s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	if *basic {
 		fmt.Println("| target | uncontended p50/p99 µs | contended ops/s (per-client min–max) | hand-off p50/p95 ms |")
