@@ -50,15 +50,10 @@ func init() {
 
 func mysqlGetLockTarget(url string) Target {
 	return Target{Name: "mysql-getlock", New: func(ctx context.Context) (Locker, error) {
-		cfg, err := mysqlConfig(url)
+		db, err := mysqlOpen(url)
 		if err != nil {
 			return nil, err
 		}
-		connector, err := mysqldrv.NewConnector(cfg)
-		if err != nil {
-			return nil, err
-		}
-		db := sql.OpenDB(connector)
 		g := &getLock{db: db, turn: make(chan struct{}, 1)}
 		if g.conn, err = db.Conn(ctx); err == nil {
 			if g.get, err = g.conn.PrepareContext(ctx, "SELECT GET_LOCK(?, 60)"); err == nil {
@@ -73,9 +68,9 @@ func mysqlGetLockTarget(url string) Target {
 	}}
 }
 
-// mysqlConfig turns mysql://user:pass@host:port/db into go-sql-driver's
-// configuration (TCP only; the bench needs nothing else).
-func mysqlConfig(raw string) (*mysqldrv.Config, error) {
+// mysqlOpen opens mysql://user:pass@host:port/db with go-sql-driver (TCP
+// only; the bench needs nothing else).
+func mysqlOpen(raw string) (*sql.DB, error) {
 	u, err := neturl.Parse(raw)
 	if err != nil {
 		return nil, err
@@ -89,7 +84,11 @@ func mysqlConfig(raw string) (*mysqldrv.Config, error) {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
 	}
-	return cfg, nil
+	connector, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(connector), nil
 }
 
 type getLock struct {
@@ -247,17 +246,13 @@ var (
 
 func mysqlQueueTarget(url string) Target {
 	return Target{Name: "mysql-queue", New: func(ctx context.Context) (Locker, error) {
-		cfg, err := mysqlConfig(url)
-		if err != nil {
-			return nil, err
-		}
-		connector, err := mysqldrv.NewConnector(cfg)
+		db, err := mysqlOpen(url)
 		if err != nil {
 			return nil, err
 		}
 		var id [8]byte
 		rand.Read(id[:])
-		q := &mysqlQueue{db: sql.OpenDB(connector), owner: "bq" + hex.EncodeToString(id[:])}
+		q := &mysqlQueue{db: db, owner: "bq" + hex.EncodeToString(id[:])}
 		if q.conn, err = q.db.Conn(ctx); err == nil {
 			// As baton's procedures do for each transaction: a missing
 			// name's row then takes no gap lock.
