@@ -13,6 +13,19 @@ package main
 //	               of it (Redis serves blocked clients first come, first
 //	               served), release an LPUSH. No TTL, no fencing token: a
 //	               client that dies holding it keeps it for ever.
+//	redis-queue    the least fair lease with a fencing token Redis gives,
+//	               a floor rather than a peer, built as baton's fast paths
+//	               are: per name a holder key with the lease's TTL (the
+//	               server's clock), a token counter and a queue list. The
+//	               acquire script takes a free name with nobody queued and
+//	               bumps its token, or queues the owner, who then waits in a
+//	               BLPOP of its mailbox; the release script hands the name
+//	               to the queue's head and pushes its token into its
+//	               mailbox. No sessions, metadata, shared modes or epochs;
+//	               an expired holder is not replaced while others wait, a
+//	               Lock whose context ends while it waits leaves its entry,
+//	               and the release script names the mailbox key itself (one
+//	               server only): a floor to measure, not a lock to use.
 //
 // Each client has its own go-redis client. Neither library blocks for ever
 // (redsync gives up after its tries, redislock after its TTL): a Lock here
@@ -22,9 +35,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -43,6 +59,7 @@ func init() {
 	kinds["redislock"] = func(url string) Target { return redislockTarget("redislock", url, 100*time.Millisecond) }
 	kinds["redislock-1ms"] = func(url string) Target { return redislockTarget("redislock-1ms", url, time.Millisecond) }
 	kinds["redis-fifo"] = redisFIFOTarget
+	kinds["redis-queue"] = redisQueueTarget
 }
 
 func goRedis(ctx context.Context, url string) (*redis.Client, error) {
@@ -173,3 +190,73 @@ func (f *fifoLocker) Lock(ctx context.Context, name string) (func() error, error
 }
 
 func (f *fifoLocker) Close() error { return f.rdb.Close() }
+
+// redis-queue's scripts. KEYS: the name's holder, counter and queue keys;
+// the acquire's fourth is unused. ARGV: the owner, the TTL in ms, and for
+// the release the prefix of the mailboxes.
+var (
+	rqAcquire = redis.NewScript(`
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 0`)
+	rqRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local nx = redis.call('LPOP', KEYS[3])
+if not nx then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+redis.call('SET', KEYS[1], nx, 'PX', ARGV[2])
+redis.call('LPUSH', ARGV[3] .. nx, redis.call('INCR', KEYS[2]))
+return 1`)
+)
+
+func redisQueueTarget(url string) Target {
+	return Target{Name: "redis-queue", New: func(ctx context.Context) (Locker, error) {
+		rdb, err := goRedis(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		return &queueLocker{rdb: rdb, id: rand.Text()}, nil
+	}}
+}
+
+type queueLocker struct {
+	rdb *redis.Client
+	id  string
+	n   atomic.Uint64
+}
+
+func (q *queueLocker) Lock(ctx context.Context, name string) (func() error, error) {
+	b := "rq:{" + name + "}:"
+	keys := []string{b + "h", b + "c", b + "q"}
+	owner := q.id + strconv.FormatUint(q.n.Add(1), 10)
+	const ttl = "15000"
+	tok, err := rqAcquire.Run(ctx, q.rdb, keys, owner, ttl).Int64()
+	if err != nil {
+		return nil, err
+	}
+	for tok == 0 {
+		// Queued: the release that hands the name over pushes its token.
+		v, err := q.rdb.BLPop(ctx, time.Second, b+"w:"+owner).Result()
+		switch {
+		case err == nil:
+			if tok, err = strconv.ParseInt(v[1], 10, 64); err != nil {
+				return nil, err
+			}
+		case !errors.Is(err, redis.Nil):
+			return nil, err
+		}
+	}
+	return func() error {
+		ok, err := rqRelease.Run(context.WithoutCancel(ctx), q.rdb, keys, owner, ttl, b+"w:").Int64()
+		if err == nil && ok != 1 {
+			err = fmt.Errorf("redis-queue: %q was not held", name)
+		}
+		return err
+	}, nil
+}
+
+func (q *queueLocker) Close() error { return q.rdb.Close() }
