@@ -191,9 +191,9 @@ func (f *fifoLocker) Lock(ctx context.Context, name string) (func() error, error
 
 func (f *fifoLocker) Close() error { return f.rdb.Close() }
 
-// redis-queue's scripts. KEYS: the name's holder, counter and queue keys;
-// the acquire's fourth is unused. ARGV: the owner, the TTL in ms, and for
-// the release the prefix of the mailboxes.
+// redis-queue's scripts. KEYS: the name's holder, counter and queue keys.
+// ARGV: the owner, the TTL in ms, and for the release the prefix of the
+// mailboxes.
 var (
 	rqAcquire = redis.NewScript(`
 if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
