@@ -67,9 +67,14 @@ func dropTables(u string, tables ...string) {
 	}
 }
 
+// tables numbers the tables freshTable names.
+var tables atomic.Uint32
+
 // freshTable returns a table name of its own for t, dropped at its end.
 func freshTable(t testing.TB) string {
-	tb := fmt.Sprintf("%s_%04x", table, rand.Uint32N(1<<16))
+	// Numbered, not drawn at random: two tables of a run must not share a
+	// name (a durable test would open a fast table).
+	tb := fmt.Sprintf("%s_%04x", table, tables.Add(1))
 	u := dsn(t)
 	t.Cleanup(func() { dropTables(u, tb) })
 	return tb
