@@ -75,8 +75,8 @@ func drop(dsn string, tables ...string) {
 func freshTable(t testing.TB) string {
 	dropMu.Lock()
 	defer dropMu.Unlock()
-	// Numbered, not drawn at random: a run makes hundreds of tables, and
-	// two of them sharing a name made a durable test open a fast table.
+	// Numbered, not drawn at random: a run makes many tables, and two of
+	// them sharing a name made a durable test open a fast table.
 	tb := fmt.Sprintf("%s_%04x", table, len(dropTables))
 	dropTables = append(dropTables, tb)
 	return tb

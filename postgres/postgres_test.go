@@ -72,8 +72,8 @@ var tables atomic.Uint32
 
 // freshTable returns a table name of its own for t, dropped at its end.
 func freshTable(t testing.TB) string {
-	// Numbered, not drawn at random: two tables of a run must not share a
-	// name (a durable test would open a fast table).
+	// Numbered, not drawn at random: two tests of a run must not share a
+	// table, or each would see the other's locks.
 	tb := fmt.Sprintf("%s_%04x", table, tables.Add(1))
 	u := dsn(t)
 	t.Cleanup(func() { dropTables(u, tb) })
