@@ -282,26 +282,12 @@ COMMENT '{VERSION}'
 -- Keys prefixed with "q" (a Close) ask for no report: the answer may then
 -- leave held keys out.
 proc: BEGIN
-	DECLARE v_done, v_i, v_n, v_x, v_single INT DEFAULT 0;
-	DECLARE v_q, v_f, v_quiet TINYINT DEFAULT 0;
+	DECLARE v_single INT DEFAULT 0;
+	DECLARE v_quiet TINYINT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
 	DECLARE v_bell VARCHAR(64) CHARACTER SET ascii DEFAULT '';
-	DECLARE v_now DATETIME(6);
-	DECLARE v_lwt BIGINT DEFAULT NULL;
-	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
-	DECLARE v_max_ttl, v_gcl BIGINT DEFAULT NULL;
-	DECLARE v_srv BINARY(20) DEFAULT NULL;
-	DECLARE cur CURSOR FOR
-		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
-		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
-		         i FOR ORDINALITY,
-		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
-		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
-		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
-		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.expires > UTC_TIMESTAMP(6))
-		 ORDER BY CRC32(UNHEX(j.n)) & 65535, UNHEX(j.n), j.i;
-	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+	DECLARE v_lwt, v_gcl BIGINT DEFAULT NULL;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
 		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
@@ -313,25 +299,46 @@ proc: BEGIN
 		SET v_quiet = 1, p_keys = SUBSTRING(p_keys, 2);
 	END IF;
 	SET v_single = JSON_LENGTH(p_keys) = 1;
-	IF {FAST} THEN
-		IF v_single THEN
-			-- A lease's own release of a plain hold takes one statement:
-			-- a statement on a MEMORY table is atomic, and a decision
-			-- about the name that read the hold just before could only
-			-- refuse a request, whose waiter the bell wakes.
-			SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
-			    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
-			    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
-			DELETE FROM {HOLDS}
-			 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6);
-			IF ROW_COUNT() = 1 THEN
-				IF v_bell <> '' THEN
-					DO RELEASE_LOCK(v_bell);
-				END IF;
-				SELECT '1,1;';
-				LEAVE proc;
+	IF {FAST} AND v_single THEN
+		-- A lease's own release of a plain hold takes one statement:
+		-- a statement on a MEMORY table is atomic, and a decision
+		-- about the name that read the hold just before could only
+		-- refuse a request, whose waiter the bell wakes. (It declares
+		-- none of the variables of the block below, which a CALL would
+		-- initialize each time.)
+		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
+		    v_owner = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][1]'))),
+		    v_bell = COALESCE(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][2]')), '');
+		DELETE FROM {HOLDS}
+		 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 0 AND expires > UTC_TIMESTAMP(6);
+		IF ROW_COUNT() = 1 THEN
+			IF v_bell <> '' THEN
+				DO RELEASE_LOCK(v_bell);
 			END IF;
-		ELSE
+			SELECT '1,1;';
+			LEAVE proc;
+		END IF;
+	END IF;
+	rest: BEGIN
+	DECLARE v_done, v_i, v_n, v_x INT DEFAULT 0;
+	DECLARE v_q, v_f TINYINT DEFAULT 0;
+	DECLARE v_now DATETIME(6);
+	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
+	DECLARE v_max_ttl BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE cur CURSOR FOR
+		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
+		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
+		         i FOR ORDINALITY,
+		         n VARCHAR(510) CHARACTER SET ascii PATH '$[0]',
+		         o VARCHAR(256) CHARACTER SET ascii PATH '$[1]')) AS j
+		 WHERE EXISTS (SELECT 1 FROM {HOLDS} e
+		                WHERE e.name = UNHEX(j.n) AND e.owner = UNHEX(j.o) AND e.expires > UTC_TIMESTAMP(6))
+		 ORDER BY CRC32(UNHEX(j.n)) & 65535, UNHEX(j.n), j.i;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+
+	IF {FAST} THEN
+		IF NOT v_single THEN
 			-- So are a batch's plain holds (a Close), in two statements
 			-- for them all, or one if no report is asked for; the loop
 			-- below sees the other entries.
@@ -441,6 +448,7 @@ proc: BEGIN
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
 	SELECT v_out;
+	END rest;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS {PURGE}
@@ -929,13 +937,12 @@ COMMENT '{VERSION}'
 -- rows, joined with the request's own live entry (me): a request that is
 -- refused again, the commonest call under contention, runs two statements.
 proc: BEGIN
-	DECLARE v_now, v_created, v_expires, v_mexp, v_first DATETIME(6) DEFAULT NULL;
-	DECLARE v_status, v_mode, v_bqueued TINYINT DEFAULT 0;
-	DECLARE v_me, v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_ok, v_locked, v_conflict, v_x, v_waited INT DEFAULT 0;
-	DECLARE v_seq, v_tick, v_token, v_mtoken, v_btoken BIGINT UNSIGNED DEFAULT NULL;
+	DECLARE v_now, v_created, v_expires, v_first DATETIME(6) DEFAULT NULL;
+	DECLARE v_status, v_bqueued TINYINT DEFAULT 0;
+	DECLARE v_locked, v_x, v_waited, v_me, v_ok INT DEFAULT 0;
+	DECLARE v_seq, v_tick, v_token, v_btoken BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE v_after, v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_bowner VARBINARY(128) DEFAULT NULL;
-	DECLARE v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_b VARBINARY(160) DEFAULT NULL;
 	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
 	DECLARE v_grace DATETIME(6) DEFAULT NULL;
 	DECLARE v_max_ttl BIGINT DEFAULT NULL;
@@ -944,8 +951,6 @@ proc: BEGIN
 	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE v_rang, v_bound INT DEFAULT 0;
-	DECLARE v_msid VARBINARY(32) DEFAULT NULL;
-	DECLARE v_dead, v_lean TINYINT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -1072,6 +1077,21 @@ proc: BEGIN
 	ELSE
 		SET v_count = 1;
 	END IF;
+	IF v_count = 0 AND (v_grace IS NULL OR v_now >= v_grace) AND v_seq + 1 < (v_epoch + 1) << 32 THEN
+		-- Nobody holds the name or waits for it, the grace period is over
+		-- and the counter has room: granted below, without the block that
+		-- applies the rules to the name's entries. Its variables would cost
+		-- this path their initialization (a variable of a block costs each
+		-- CALL that enters the block).
+		SET v_ok = 1, v_me = -1;
+	ELSE
+	decide: BEGIN
+	DECLARE v_mexp DATETIME(6) DEFAULT NULL;
+	DECLARE v_mode, v_dead, v_lean TINYINT DEFAULT 0;
+	DECLARE v_lim, v_gone, v_holders, v_ahead, v_excl, v_excl_ahead, v_conflict INT DEFAULT 0;
+	DECLARE v_mtoken BIGINT UNSIGNED DEFAULT NULL;
+	DECLARE v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_b VARBINARY(160) DEFAULT NULL;
+	DECLARE v_msid VARBINARY(32) DEFAULT NULL;
 	IF v_count = 0 THEN
 		SET v_me = -1;
 	ELSE
@@ -1179,27 +1199,7 @@ proc: BEGIN
 			SELECT 6, v_epoch, 0, 0, 0, 0, NULL, 0, 0, 0;
 			LEAVE proc;
 		END IF;
-		IF v_ok THEN
-			SET v_token = v_seq + 1, v_created = v_now,
-			    v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
-			UPDATE {SEQS} SET seq = v_token WHERE name = p_name;
-			-- Bound to p_sid, it lives as long as the session too: its
-			-- expires is read from the session in the statement that
-			-- writes it, which no renewal of the session runs within.
-			IF v_me = 1 THEN -- leaves the queue
-				UPDATE {HOLDS}
-				   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = IF(v_spill, NULL, p_meta),
-				       ttl_ns = p_ttl, created = v_now, renewed = v_now, flags = v_flags, sid = p_sid,
-				       expires = GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires)
-				 WHERE name = p_name AND owner = p_owner;
-			ELSE
-				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, sid)
-				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now,
-				        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), v_flags, p_sid);
-			END IF;
-			SET v_status = 0, v_bound = p_sid <> '';
-			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
-		ELSE
+		IF NOT v_ok THEN
 			SET v_status = 2, v_token = 0;
 			IF v_first IS NOT NULL THEN
 				SET v_after = TIMESTAMPDIFF(MICROSECOND, v_now, v_first) * 1000;
@@ -1241,6 +1241,29 @@ proc: BEGIN
 				END IF;
 			END IF;
 		END IF;
+	END IF;
+	END decide;
+	END IF;
+	IF v_ok THEN
+		SET v_token = v_seq + 1, v_created = v_now,
+		    v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
+		UPDATE {SEQS} SET seq = v_token WHERE name = p_name;
+		-- Bound to p_sid, it lives as long as the session too: its
+		-- expires is read from the session in the statement that
+		-- writes it, which no renewal of the session runs within.
+		IF v_me = 1 THEN -- leaves the queue
+			UPDATE {HOLDS}
+			   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = IF(v_spill, NULL, p_meta),
+			       ttl_ns = p_ttl, created = v_now, renewed = v_now, flags = v_flags, sid = p_sid,
+			       expires = GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires)
+			 WHERE name = p_name AND owner = p_owner;
+		ELSE
+			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, sid)
+			VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now,
+			        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), v_flags, p_sid);
+		END IF;
+		SET v_status = 0, v_bound = p_sid <> '';
+		IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
 	END IF;
 	COMMIT;
 	SET SESSION innodb_lock_wait_timeout = v_lwt;
