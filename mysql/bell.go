@@ -75,10 +75,10 @@ func (b *bells) full() bool { return b.max > 0 && len(b.where) >= b.max }
 type bellConn struct {
 	mu      sync.Mutex
 	conn    *sql.Conn
-	acquire *sql.Stmt // the acquire procedure, prepared on conn
-	release *sql.Stmt // the release procedure, prepared on conn
-	pending []string  // guarded by bells.mu
-	n       int       // bells held on conn, guarded by bells.mu
+	acquire map[string]*sql.Stmt // the acquire procedures, by SQL, prepared on conn
+	release *sql.Stmt            // the release procedure, prepared on conn
+	pending []string             // guarded by bells.mu
+	n       int                  // bells held on conn, guarded by bells.mu
 }
 
 // hold records that bc holds the bell name. b.mu is held.
@@ -186,12 +186,14 @@ func (b *bells) connect(ctx context.Context, bc *bellConn) error {
 // fail drops bc's connection after a failure: the server releases its
 // bells when it notices. bc is locked.
 func (b *bells) fail(bc *bellConn) {
-	for _, st := range []**sql.Stmt{&bc.release, &bc.acquire} {
-		if *st != nil {
-			(*st).Close()
-			*st = nil
-		}
+	if bc.release != nil {
+		bc.release.Close()
+		bc.release = nil
 	}
+	for _, st := range bc.acquire {
+		st.Close()
+	}
+	bc.acquire = nil
 	if bc.conn != nil {
 		discard(bc.conn)
 		bc.conn = nil
@@ -378,11 +380,12 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 	return res, true, err
 }
 
-// acquireCall runs the acquire procedure on an idle bell connection, so
-// that the procedure takes the bell called name itself, saving a round
-// trip (see ddlTemplate). ok is false if no bell connection was idle with
-// at most maxCallBells bells (or none could be opened): the caller then
-// takes the bell with take and calls the procedure on a pool connection.
+// acquireCall runs an acquire procedure (prepare is its CALL) on an idle
+// bell connection, so that the procedure takes the bell called name
+// itself, saving a round trip (see ddlTemplate). ok is false if no bell
+// connection was idle with at most maxCallBells bells (or none could be
+// opened): the caller then takes the bell with take and calls the
+// procedure on a pool connection.
 // call runs the procedure with the bell to take ("" if it is held
 // already) and reports whether the session holds it after.
 func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func(st *sql.Stmt, bell string) (bool, error)) (ok bool, err error) {
@@ -394,13 +397,17 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 	if err := b.connect(ctx, bc); err != nil {
 		return false, nil
 	}
-	if bc.acquire == nil {
-		st, err := bc.conn.PrepareContext(ctx, prepare)
-		if err != nil {
+	st := bc.acquire[prepare]
+	if st == nil {
+		var err error
+		if st, err = bc.conn.PrepareContext(ctx, prepare); err != nil {
 			b.fail(bc)
 			return false, nil
 		}
-		bc.acquire = st
+		if bc.acquire == nil {
+			bc.acquire = map[string]*sql.Stmt{}
+		}
+		bc.acquire[prepare] = st
 	}
 	b.mu.Lock()
 	delete(b.lost, name)
@@ -409,7 +416,7 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 		bell = "" // held already (on this connection or another), or none
 	}
 	b.mu.Unlock()
-	held, err := call(bc.acquire, bell)
+	held, err := call(st, bell)
 	if err != nil {
 		var me *mysqldrv.MySQLError
 		if !errors.As(err, &me) {

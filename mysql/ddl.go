@@ -35,8 +35,8 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds, state, epochs, long, meta, stripes, sessions                                string
-	acquire, grant, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise, session string
+	counters, holds, state, epochs, long, meta, stripes, sessions                                      string
+	acquire, grant, take, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise, session string
 }
 
 func newObjects(table string) objects {
@@ -51,6 +51,7 @@ func newObjects(table string) objects {
 		sessions:  table + "_sessions",
 		session:   table + "_session",
 		grant:     table + "_grant",
+		take:      table + "_take",
 		keep:      table + "_keep",
 		incarnate: table + "_incarnate",
 		raise:     table + "_raise",
@@ -65,7 +66,7 @@ func newObjects(table string) objects {
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.grant, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise, o.session}
+	return []string{o.acquire, o.grant, o.take, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise, o.session}
 }
 
 func (o objects) tables() []string {
@@ -118,6 +119,7 @@ func (o objects) statements(durable bool) []string {
 		"{SESSIONS}", o.sessions,
 		"{SESSION}", o.session,
 		"{GRANT}", o.grant,
+		"{TAKE}", o.take,
 		// The expiry of a session (given as the rest of the expression
 		// and a closing parenthesis), NULL if it is gone.
 		"{SESSIONEXP}", "(SELECT s.expires FROM "+o.sessions+" s WHERE s.id = ",

@@ -1,6 +1,8 @@
 package mysql_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +176,73 @@ func TestRaiseOnNewTable(t *testing.T) {
 		}
 		if _, err := s.Acquire(ctx, &driver.Request{Name: "n", Owner: "b", Mode: driver.Exclusive, TTL: 30 * time.Second}); err != nil {
 			t.Fatalf("acquire after the first renew: %v", err)
+		}
+	})
+}
+
+// TestGrantRaisesFirst: a lease longer than every lease granted without a
+// flush is granted only once the grace period was raised to cover it,
+// durably, so that a restart's grace period outlasts it.
+func TestGrantRaisesFirst(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		db := rawDB(t)
+		for i, ttl := range []time.Duration{time.Second, 20 * time.Second} {
+			name := fmt.Sprint("n", i)
+			if _, err := s.Acquire(ctx, &driver.Request{Name: name, Owner: "o", Mode: driver.Exclusive, TTL: ttl}); err != nil {
+				t.Fatal(err)
+			}
+			var durable int64
+			if err := db.QueryRowContext(ctx, "SELECT max_ttl FROM "+tb+"_epochs").Scan(&durable); err != nil {
+				t.Fatal(err)
+			}
+			if durable < int64(ttl) {
+				t.Errorf("a lease of %v granted while the grace period covers %v", ttl, time.Duration(durable))
+			}
+		}
+	})
+}
+
+// TestMarkerOfAnotherServer: a marker written on another server (a
+// replica promoted to primary keeps the MEMORY rows its primary wrote)
+// starts a new incarnation: nothing is granted within its grace period,
+// and the next token is in a new epoch.
+func TestMarkerOfAnotherServer(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		db := rawDB(t)
+		req := func(name string) *driver.Request {
+			return &driver.Request{Name: name, Owner: "o", Mode: driver.Exclusive, TTL: time.Second}
+		}
+		g, err := s.Acquire(ctx, req("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "UPDATE "+tb+"_state SET server = UNHEX(SHA1('another server')) WHERE name = ''"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Acquire(ctx, req("b"))
+		var busy *driver.Busy
+		if !errors.As(err, &busy) {
+			t.Fatalf("acquire on a marker of another server: %v, want not granted (a new incarnation's grace period)", err)
+		}
+		for {
+			g2, err := s.Acquire(ctx, req("b"))
+			if errors.As(err, &busy) {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g2.Token>>32 <= g.Token>>32 {
+				t.Errorf("token %#x after %#x, want a new epoch", g2.Token, g.Token)
+			}
+			break
 		}
 	})
 }

@@ -42,7 +42,7 @@
 // rows are reclaimed every Options.Reclaim), T_holds (holds and queue
 // entries), T_state, T_stripes (a fast table's serializers), T_epochs,
 // T_long, T_meta and T_sessions, and the stored procedures T_grant,
-// T_acquire, T_renew, T_release, T_purge, T_bind, T_txrow, T_reclaim,
+// T_take, T_acquire, T_renew, T_release, T_purge, T_bind, T_txrow, T_reclaim,
 // T_keep, T_incarnate, T_raise and T_session. Names and owners are
 // VARBINARY, compared byte for byte. [DDL] returns the script. Unless
 // Options.NoCreate is set, the store runs it on first use when the objects
@@ -231,21 +231,23 @@ type Store struct {
 	// came before its watch, for the watch to start from (see Replay).
 	refused map[driver.Key]*blocker
 
+	busy busyNames
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	janitor   sync.WaitGroup
 }
 
 type stmts struct {
-	acquire, renew, release, bind            *sql.Stmt
+	acquire, take, renew, release, bind      *sql.Stmt
 	listAll, listName, listOwner, listPrefix *sql.Stmt
 	raise, session                           *sql.Stmt
 	purge, reclaim, txrow                    string
-	acquireSQL, releaseSQL                   string // prepared again on the bell connections
+	acquireSQL, takeSQL, releaseSQL          string // prepared again on the bell connections
 }
 
 func (s *stmts) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix, s.raise, s.session} {
+	for _, st := range []*sql.Stmt{s.acquire, s.take, s.renew, s.release, s.bind, s.listAll, s.listName, s.listOwner, s.listPrefix, s.raise, s.session} {
 		if st != nil {
 			st.Close()
 		}
@@ -350,6 +352,7 @@ func newStore(db *sql.DB, o Options) *Store {
 		initSem: make(chan struct{}, 1),
 		watches: make(map[driver.Key]*watch),
 		refused: make(map[driver.Key]*blocker),
+		busy:    busyNames{window: busyFor},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.bells = &bells{db: db, where: map[string]*bellConn{}, lost: map[string]bool{}, max: maxBells}
@@ -522,8 +525,10 @@ func (s *Store) setup(ctx context.Context) error {
 		"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	h := s.obj.holds + " h LEFT JOIN " + s.obj.meta + " m ON h.flags & 2 AND m.name = h.name AND m.owner = h.owner AND m.token = h.token"
 	st.acquireSQL = "CALL " + s.obj.grant + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	st.takeSQL = "CALL " + s.obj.take + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	st.releaseSQL = "CALL " + s.obj.release + "(?)"
 	st.acquire = prep(st.acquireSQL)
+	st.take = prep(st.takeSQL)
 	st.renew = prep("CALL " + s.obj.renew + "(?)")
 	st.release = prep(st.releaseSQL)
 	st.bind = prep("CALL " + s.obj.bind + "(?, ?, ?)")
@@ -851,6 +856,14 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 			long = 1
 		}
 	}
+	// T_take decides the commonest request, exclusive on a name nobody
+	// holds or waits for, in a lighter call than T_grant, and hands the
+	// others to T_grant: names this Store found busy lately go to T_grant
+	// at once.
+	proc, procSQL := s.st.acquire, s.st.acquireSQL
+	if s.fast && req.Mode == driver.Exclusive && long == 0 && len(meta) <= maxMeta && !s.busy.recent(req.Name) {
+		proc, procSQL = s.st.take, s.st.takeSQL
+	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	err := retry(ctx, func() error {
@@ -862,12 +875,12 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 					Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
 				return flags&1 == 1, err
 			}
-			ok, err := s.bells.acquireCall(cctx, bell, s.st.acquireSQL, call)
+			ok, err := s.bells.acquireCall(cctx, bell, procSQL, call)
 			if !ok {
 				if !took {
 					took = s.bells.take(ctx, bell)
 				}
-				_, err = call(s.st.acquire, "")
+				_, err = call(proc, "")
 			}
 			switch {
 			case err != nil:
@@ -905,6 +918,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 		return g, nil
 	case 2:
+		s.busy.mark(req.Name)
 		if bOwner != nil {
 			s.setBlocker(req, &blocker{owner: string(bOwner), queued: bQueued == 1, token: bToken})
 		} else {
@@ -917,6 +931,45 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, driver.ErrLimitConflict
 	}
 	return nil, fmt.Errorf("mysql: acquire: unexpected status %d", status)
+}
+
+// A Store sends a name it was refused on to T_grant rather than T_take
+// for busyFor, and remembers at most maxBusy such names (beyond that, all
+// are forgotten at once: a forgotten name costs a call of T_take that
+// hands over to T_grant).
+const (
+	busyFor = time.Second
+	maxBusy = 10000
+)
+
+// busyNames are the names a Store was refused on lately.
+type busyNames struct {
+	mu     sync.Mutex
+	at     map[string]time.Time
+	window time.Duration // busyFor; 0: none is remembered
+}
+
+func (b *busyNames) mark(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.window == 0 {
+		return
+	}
+	if b.at == nil || len(b.at) >= maxBusy {
+		b.at = map[string]time.Time{}
+	}
+	b.at[name] = time.Now()
+}
+
+func (b *busyNames) recent(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.at[name]
+	if ok && time.Since(t) >= b.window {
+		delete(b.at, name)
+		ok = false
+	}
+	return ok
 }
 
 // sessionsFor reports whether req's hold may be bound to a session: one

@@ -939,21 +939,28 @@ func TestBellConnsNotHeldUp(t *testing.T) {
 // TestModel checks the store's stored procedures against lockstate's rules.
 // The model's TTLs are an hour: on a fast table with the default MaxGrace
 // its holds are long leases, with a MaxGrace above an hour plain ones.
+// fast/take sends every exclusive request to T_take first.
 func TestModel(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		for _, c := range []struct {
 			name string
 			opts mysql.Options
+			take bool
 		}{
-			{"fast/long", mysql.Options{}},
-			{"fast/plain", mysql.Options{MaxGrace: 2 * time.Hour}},
-			{"durable", mysql.Options{Durable: true}},
+			{"fast/long", mysql.Options{}, false},
+			{"fast/plain", mysql.Options{MaxGrace: 2 * time.Hour}, false},
+			{"fast/take", mysql.Options{MaxGrace: 2 * time.Hour}, true},
+			{"durable", mysql.Options{Durable: true}, false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				drivertest.Model(t, drivertest.ModelConfig{Open: func(t testing.TB) driver.Store {
 					o := c.opts
 					o.Table = freshTable(t)
-					return openWith(t, &o)
+					s := openWith(t, &o)
+					if c.take {
+						mysql.AlwaysTake(s)
+					}
+					return s
 				}})
 			})
 		}

@@ -908,6 +908,85 @@ BEGIN
 	SELECT v_max;
 END
 -- ;;
+DROP PROCEDURE IF EXISTS {TAKE}
+-- ;;
+CREATE PROCEDURE {TAKE}(
+	IN p_name VARBINARY(255), IN p_owner VARBINARY(128), IN p_mode TINYINT, IN p_lim INT,
+	IN p_ttl BIGINT, IN p_queue TINYINT, IN p_qttl BIGINT, IN p_host BLOB, IN p_meta BLOB, IN p_long TINYINT,
+	IN p_bell VARCHAR(64) CHARACTER SET ascii, IN p_sid VARBINARY(32))
+MODIFIES SQL DATA SQL SECURITY INVOKER
+COMMENT '{VERSION}'
+-- take is GRANT for the commonest call, an exclusive request on a name
+-- that nobody holds or waits for, with the same arguments and result.
+-- It grants such a request under the same locks and conditions as
+-- GRANT's uncontended path, and hands every other call to GRANT. Being
+-- small, it costs a CALL less than GRANT does (every variable a CALL
+-- declares and every instruction it runs cost it); a Store calls it for
+-- names it has not found busy lately.
+proc: BEGIN
+	DECLARE v_now, v_expires, v_grace DATETIME(6) DEFAULT NULL;
+	DECLARE v_x, v_count, v_rang INT DEFAULT 0;
+	DECLARE v_seq, v_floor BIGINT UNSIGNED DEFAULT NULL;
+	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
+	DECLARE v_max_ttl, v_lwt BIGINT DEFAULT NULL;
+	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+		ROLLBACK;
+		IF v_lwt IS NOT NULL THEN SET SESSION innodb_lock_wait_timeout = v_lwt; END IF;
+		IF v_rang = 1 THEN DO RELEASE_LOCK(p_bell); END IF;
+		RESIGNAL;
+	END;
+
+	IF {FAST} AND p_mode = 1 AND NOT p_long AND COALESCE(LENGTH(p_meta), 0) <= {METAMAX} THEN
+		{LOCKWAIT}
+		SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+		START TRANSACTION;
+		lock_name: BEGIN
+			-- Locked as GRANT locks it. A name with a counters row (one
+			-- InLockedTx may hold), or whose stripe stays locked for a
+			-- second, is GRANT's to decide.
+			DECLARE EXIT HANDLER FOR 1205 SET v_x = 1;
+			SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(p_name) & 65535 FOR UPDATE;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = p_name;
+		END lock_name;
+		IF v_x = 0 THEN
+			SELECT MAX(IF(name = '', epoch, NULL)), MAX(IF(name = '', grace, NULL)), MAX(IF(name = '', max_ttl, NULL)),
+			       MAX(IF(name = '', server, NULL)), MAX(IF(name = '', seq, NULL)), MAX(IF(name = '', NULL, seq)),
+			       (SELECT COUNT(*) FROM {HOLDS} WHERE name = p_name)
+			  INTO v_epoch, v_grace, v_max_ttl, v_srv, v_floor, v_seq, v_count
+			  FROM {STATE} WHERE name IN ('', p_name);
+			SET v_now = UTC_TIMESTAMP(6);
+			-- GRANT's conditions: the marker of this incarnation, a TTL the
+			-- grace period covers, no entries, the grace period over, and
+			-- room in the counter (a new name's starts at the floor).
+			IF v_srv = {SERVERID} AND p_ttl <= v_max_ttl AND v_count = 0 AND (v_grace IS NULL OR v_now >= v_grace)
+			   AND COALESCE(v_seq, v_floor) + 1 < (v_epoch + 1) << 32 THEN
+				IF p_bell <> '' THEN
+					SELECT COALESCE(GET_LOCK(p_bell, 0), 0) INTO v_rang;
+				END IF;
+				SET v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
+				IF v_seq IS NULL THEN
+					SET v_seq = v_floor;
+					INSERT INTO {STATE} (name, seq, ticket) VALUES (p_name, v_seq + 1, 0);
+				ELSE
+					UPDATE {STATE} SET seq = v_seq + 1 WHERE name = p_name;
+				END IF;
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, sid)
+				VALUES (p_name, p_owner, 0, p_mode, p_lim, v_seq + 1, p_host, p_meta, p_ttl, v_now, v_now,
+				        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), 0, p_sid);
+				COMMIT;
+				SET SESSION innodb_lock_wait_timeout = v_lwt;
+				SELECT 0, v_seq + 1, {US}v_now), {US}v_now), {US}v_expires), 0, NULL, 0, 0, v_rang | (p_sid <> '') << 1;
+				LEAVE proc;
+			END IF;
+		END IF;
+		ROLLBACK;
+		SET SESSION innodb_lock_wait_timeout = v_lwt;
+	END IF;
+	CALL {GRANT}(p_name, p_owner, p_mode, p_lim, p_ttl, p_queue, p_qttl, p_host, p_meta, p_long, p_bell, p_sid);
+END
+-- ;;
 DROP PROCEDURE IF EXISTS {GRANT}
 -- ;;
 CREATE PROCEDURE {GRANT}(
@@ -1022,11 +1101,14 @@ proc: BEGIN
 	END IF;
 	IF {FAST} AND v_locked = 0 THEN
 		-- The counters are in {STATE}, read with the marker of the
-		-- incarnation (see INCARNATE) and the floor.
+		-- incarnation (see INCARNATE) and the floor, together with the
+		-- number of the name's entries (a name without entries, the
+		-- commonest case, needs no aggregate of them).
 		SELECT MAX(IF(name = '', epoch, NULL)), MAX(IF(name = '', grace, NULL)), MAX(IF(name = '', max_ttl, NULL)),
 		       MAX(IF(name = '', server, NULL)), MAX(IF(name = '', seq, NULL)),
-		       MAX(IF(name = '', NULL, seq)), MAX(IF(name = '', NULL, ticket))
-		  INTO v_epoch, v_grace, v_max_ttl, v_srv, v_floor, v_seq, v_tick
+		       MAX(IF(name = '', NULL, seq)), MAX(IF(name = '', NULL, ticket)),
+		       (SELECT COUNT(*) FROM {HOLDS} WHERE name = p_name)
+		  INTO v_epoch, v_grace, v_max_ttl, v_srv, v_floor, v_seq, v_tick, v_count
 		  FROM {STATE} WHERE name IN ('', p_name);
 		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
 			ROLLBACK;
@@ -1071,10 +1153,7 @@ proc: BEGIN
 		LEAVE proc;
 	END IF;
 	SET v_now = UTC_TIMESTAMP(6);
-	IF {FAST} THEN
-		-- A name without entries, the commonest case, needs no aggregate.
-		SELECT COUNT(*) INTO v_count FROM {HOLDS} WHERE name = p_name;
-	ELSE
+	IF NOT {FAST} THEN
 		SET v_count = 1;
 	END IF;
 	IF v_count = 0 AND (v_grace IS NULL OR v_now >= v_grace) AND v_seq + 1 < (v_epoch + 1) << 32 THEN

@@ -17,7 +17,14 @@ import (
 // moving every time the tables hold back, which is what the server's
 // clock moving on looks like to them.
 func TestSessionModel(t *testing.T) {
-	drivertest.EachServer(t, serversEnv, sessionModel)
+	drivertest.EachServer(t, serversEnv, sessionModel("_grant"))
+}
+
+// TestSessionModelTake runs the walk with every request sent to T_take,
+// which decides the uncontended exclusive ones and hands the others to
+// T_grant.
+func TestSessionModelTake(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, sessionModel("_take"))
 }
 
 // TestSessionModelMissedDeletes runs the walk on procedures whose
@@ -27,10 +34,15 @@ func TestSessionModel(t *testing.T) {
 // decision may depend on a deletion of several rows.
 func TestSessionModelMissedDeletes(t *testing.T) {
 	mysql.MissDeletes(t)
-	drivertest.EachServer(t, serversEnv, sessionModel)
+	drivertest.EachServer(t, serversEnv, sessionModel("_grant"))
 }
 
-func sessionModel(t *testing.T, _ drivertest.Server) {
+// sessionModel returns the walk on the acquire procedure T+proc.
+func sessionModel(proc string) func(*testing.T, drivertest.Server) {
+	return func(t *testing.T, _ drivertest.Server) { sessionModelOn(t, proc) }
+}
+
+func sessionModelOn(t *testing.T, proc string) {
 	ctx := ctxFor(t, 3*time.Minute)
 	tb := freshTable(t)
 	open(t, tb).Close() // the schema
@@ -54,7 +66,7 @@ func sessionModel(t *testing.T, _ drivertest.Server) {
 			var status, flags int8
 			var token uint64
 			var y any
-			err := db.QueryRowContext(ctx, "CALL "+tb+"_grant(?, ?, ?, ?, ?, 0, 0, 'h', NULL, 0, '', ?)",
+			err := db.QueryRowContext(ctx, "CALL "+tb+proc+"(?, ?, ?, ?, ?, 0, 0, 'h', NULL, 0, '', ?)",
 				req.Name, req.Owner, int8(req.Mode), int32(req.Limit), int64(req.TTL), sid).
 				Scan(&status, &token, &y, &y, &y, &y, &y, &y, &y, &flags)
 			if err != nil {
