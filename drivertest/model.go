@@ -27,6 +27,10 @@ type ModelConfig struct {
 	// again (Redis's server-side hand-off; etcd's and ZooKeeper's queue
 	// keys and nodes): the model then does the same.
 	HandsOff bool
+	// HandsOffExclusive is set for stores that hand a name over only to
+	// an exclusive request at the head of the queue; a shared one there
+	// is woken and asks (MySQL's): the model then does the same.
+	HandsOffExclusive bool
 	// FixedModes makes each owner ask for a name always in one mode and
 	// limit, for stores whose queued requests keep the mode they first
 	// asked with (etcd's keys, ZooKeeper's nodes: asking in another
@@ -135,9 +139,12 @@ func Model(t *testing.T, cfg ModelConfig) {
 	promote := func(name string) map[string]uint64 {
 		st := model[name]
 		got := map[string]uint64{}
-		for cfg.HandsOff && st.Freed {
+		for (cfg.HandsOff || cfg.HandsOffExclusive) && st.Freed {
 			st.Freed = false
 			for _, q := range slices.Clone(st.Queue) {
+				if cfg.HandsOffExclusive && q.Mode != driver.Exclusive {
+					break
+				}
 				if g, err := st.Acquire(request(name, q.Owner, q.Mode, q.Limit, true), time.Now()); err == nil {
 					got[q.Owner] = g.Token
 				}
@@ -274,7 +281,7 @@ func Model(t *testing.T, cfg ModelConfig) {
 			// A batch, as Close sends. A store that hands off may grant a
 			// queued key of the batch before releasing it, so there each
 			// name is in it once.
-			keys, each := batch(cfg.HandsOff)
+			keys, each := batch(cfg.HandsOff || cfg.HandsOffExclusive)
 			what = "release " + each
 			got, err := s.Release(ctx, keys)
 			if err != nil || len(got) != len(keys) {

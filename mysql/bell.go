@@ -433,6 +433,13 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 	return true, nil
 }
 
+// holds reports whether the bell called name is held.
+func (b *bells) holds(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.where[name] != nil
+}
+
 // heldCount is the number of bells held, for tests.
 func (b *bells) heldCount() int {
 	b.mu.Lock()

@@ -106,11 +106,14 @@
 // forgets the sessions, and the grace period covers them as it covers the
 // leases. See docs/stores/mysql.md#sessions.
 //
-// Waking waiters: the store rings doorbells made of user-level locks
-// (GET_LOCK): a release wakes the one waiter next in line; baton's fallback
-// poll covers holds that expire. A Store keeps up to four pool connections
-// for its bells and one more per Lock that is waiting: size a pool given
-// to New accordingly. See docs/stores/mysql.md#waking-waiters.
+// Hand-off and waking waiters: a release hands the name to the head of
+// its queue, in FIFO order, when the head asks for an exclusive hold
+// (others are woken and ask; see docs/stores/mysql.md#hand-off), and
+// rings a doorbell made of a user-level lock (GET_LOCK): each release
+// wakes the one waiter next in line; baton's fallback poll covers holds
+// that expire. A Store keeps up to four pool connections for its bells
+// and one more per Lock that is waiting: size a pool given to New
+// accordingly. See docs/stores/mysql.md#waking-waiters.
 //
 // [Store.InLockedTx] runs a function in a database transaction that holds
 // a lock name as a lease would, with a fencing token from the same
@@ -673,14 +676,16 @@ func (s *Store) create(ctx context.Context, dbName string) (durable bool, err er
 	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"); err != nil {
 		return false, fmt.Errorf("mysql: creating the lock table: %w", err)
 	}
-	// A holds table made by schema 1 lacks the flags column, and one made
-	// before schema 3 the sid column.
-	var holds, flags, sid int
+	// A holds table made by schema 1 lacks the flags column, one made
+	// before schema 3 the sid column, and one made before hand-off the
+	// hold_ttl column.
+	var holds, flags, sid, holdTTL int
 	if err := conn.QueryRowContext(ctx, `SELECT
 		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
 		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'flags'),
-		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'sid')`,
-		s.obj.holds, s.obj.holds, s.obj.holds).Scan(&holds, &flags, &sid); err != nil {
+		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'sid'),
+		(SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'hold_ttl')`,
+		s.obj.holds, s.obj.holds, s.obj.holds, s.obj.holds).Scan(&holds, &flags, &sid, &holdTTL); err != nil {
 		return false, fmt.Errorf("mysql: creating the lock table %s: %w", s.obj.counters, err)
 	}
 	stmts := s.obj.statements(durable)
@@ -690,6 +695,9 @@ func (s *Store) create(ctx context.Context, dbName string) (durable bool, err er
 	}
 	if holds == 1 && sid == 0 {
 		alter = append(alter, "ADD COLUMN sid VARBINARY(32) NOT NULL DEFAULT ''", "ADD KEY sid_ix (sid) USING BTREE")
+	}
+	if holds == 1 && holdTTL == 0 {
+		alter = append(alter, "ADD COLUMN hold_ttl BIGINT NOT NULL DEFAULT 0")
 	}
 	if len(alter) > 0 {
 		// A MEMORY table altered takes this session's size limit, which
@@ -856,13 +864,23 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 			long = 1
 		}
 	}
-	// T_take decides the commonest request, exclusive on a name nobody
-	// holds or waits for, in a lighter call than T_grant, and hands the
-	// others to T_grant: names this Store found busy lately go to T_grant
-	// at once.
+	// T_take decides the commonest exclusive requests in a lighter call
+	// than T_grant, and hands the others to T_grant: a waiter asking
+	// again, which holds its bell, takes the hold a release handed it
+	// (queue 3); on a name this Store has not found busy lately, a grant;
+	// on one it has, the first ask joins the queue without the name's
+	// stripe (queue 2). Requests not to queue on a busy name go to
+	// T_grant at once.
 	proc, procSQL := s.st.acquire, s.st.acquireSQL
-	if s.fast && req.Mode == driver.Exclusive && long == 0 && len(meta) <= maxMeta && !s.busy.recent(req.Name) {
-		proc, procSQL = s.st.take, s.st.takeSQL
+	if s.fast && req.Mode == driver.Exclusive && long == 0 && len(meta) <= maxMeta {
+		switch {
+		case req.Queue && s.bells.holds(bell):
+			proc, procSQL, queue = s.st.take, s.st.takeSQL, 3
+		case !s.busy.recent(req.Name):
+			proc, procSQL = s.st.take, s.st.takeSQL
+		case req.Queue:
+			proc, procSQL, queue = s.st.take, s.st.takeSQL, 2
+		}
 	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()

@@ -31,8 +31,9 @@ CREATE TABLE IF NOT EXISTS {HOLDS} (
 	created DATETIME(6) NOT NULL COMMENT 'UTC',
 	renewed DATETIME(6) NOT NULL COMMENT 'UTC',
 	expires DATETIME(6) NOT NULL COMMENT 'UTC',
-	flags   TINYINT NOT NULL DEFAULT 0 COMMENT '1: a long lease, also in {LONG}; 2: meta is in {META}',
+	flags   TINYINT NOT NULL DEFAULT 0 COMMENT '1: a long lease, also in {LONG}; 2: meta is in {META}; 4: a hold an entry may queue behind (see RELEASE)',
 	sid     VARBINARY(32) NOT NULL DEFAULT '' COMMENT 'the session the hold is bound to, or empty',
+	hold_ttl BIGINT NOT NULL DEFAULT 0 COMMENT 'a queue entry: the TTL of the hold it asks for; 0: not handed over (see RELEASE)',
 	PRIMARY KEY (name, owner) USING BTREE,
 	KEY owner_ix (owner) USING BTREE,
 	KEY sid_ix (sid) USING BTREE
@@ -281,8 +282,24 @@ COMMENT '{VERSION}'
 -- still there.
 -- Keys prefixed with "q" (a Close) ask for no report: the answer may then
 -- leave held keys out.
+--
+-- Hand-off: once a key's entry is gone, the name goes to the head of its
+-- queue, in the same transaction, as the head's own request would be
+-- granted (lockstate.Promote), when the head is an exclusive request and
+-- no live hold is left. The hold gets the name's next token and lasts the
+-- TTL the request asked for (hold_ttl) plus a twentieth of it, 1-50 ms
+-- (lockstate.HandOffExtra): room for its owner to learn of it; it is bound
+-- to no session. The head is not handed the name, but woken and asks, as
+-- every waiter did before hand-off, when it asks for a shared hold, a
+-- long lease or metadata kept in {META} (its hold_ttl is 0), or during a
+-- grace period, or without room in the counter. The one statement of a
+-- lease's release of a plain hold hands nothing over: every hold that an
+-- entry queues behind is marked (flags 4) before the entry is written, by
+-- the call that writes it (GRANT, TAKE's join) or, for a hold granted
+-- while entries queue, by the call that grants it, and a marked hold is
+-- released here, under the name's lock.
 proc: BEGIN
-	DECLARE v_single INT DEFAULT 0;
+	DECLARE v_single, v_gone INT DEFAULT 0;
 	DECLARE v_quiet TINYINT DEFAULT 0;
 	DECLARE v_name VARBINARY(255);
 	DECLARE v_owner VARBINARY(128);
@@ -300,10 +317,11 @@ proc: BEGIN
 	END IF;
 	SET v_single = JSON_LENGTH(p_keys) = 1;
 	IF {FAST} AND v_single THEN
-		-- A lease's own release of a plain hold takes one statement:
-		-- a statement on a MEMORY table is atomic, and a decision
-		-- about the name that read the hold just before could only
-		-- refuse a request, whose waiter the bell wakes. (It declares
+		-- A lease's own release of a plain hold that no entry queues
+		-- behind (flags 0: see below) takes one statement: a
+		-- statement on a MEMORY table is atomic, and a decision about
+		-- the name that read the hold just before could only refuse a
+		-- request, whose waiter the bell wakes. (It declares
 		-- none of the variables of the block below, which a CALL would
 		-- initialize each time.)
 		SET v_name = UNHEX(JSON_UNQUOTE(JSON_EXTRACT(p_keys, '$[0][0]'))),
@@ -318,6 +336,11 @@ proc: BEGIN
 			SELECT '1,1;';
 			LEAVE proc;
 		END IF;
+		-- A plain hold that an entry may queue behind goes the same way;
+		-- then the name is locked below, to be handed over.
+		DELETE FROM {HOLDS}
+		 WHERE name = v_name AND owner = v_owner AND queued = 0 AND flags = 4 AND expires > UTC_TIMESTAMP(6);
+		SET v_gone = ROW_COUNT();
 	END IF;
 	rest: BEGIN
 	DECLARE v_done, v_i, v_n, v_x INT DEFAULT 0;
@@ -326,6 +349,12 @@ proc: BEGIN
 	DECLARE v_out LONGTEXT CHARACTER SET ascii DEFAULT '';
 	DECLARE v_max_ttl BIGINT DEFAULT NULL;
 	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE v_grace DATETIME(6) DEFAULT NULL;
+	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
+	DECLARE v_hn, v_hq INT DEFAULT 0;
+	DECLARE v_head VARBINARY(200) DEFAULT NULL;
+	DECLARE v_httl BIGINT DEFAULT 0;
+	DECLARE v_hseq BIGINT UNSIGNED DEFAULT NULL;
 	DECLARE cur CURSOR FOR
 		SELECT j.i, UNHEX(j.n), UNHEX(j.o)
 		  FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (
@@ -379,7 +408,7 @@ proc: BEGIN
 		END IF;
 		-- A long lease's hold comes back with a new incarnation: start it
 		-- now, so that the release removes it.
-		SELECT max_ttl, server INTO v_max_ttl, v_srv FROM {STATE} WHERE name = '';
+		SELECT max_ttl, server, grace, epoch INTO v_max_ttl, v_srv, v_grace, v_epoch FROM {STATE} WHERE name = '';
 		IF v_max_ttl IS NULL OR v_srv <> {SERVERID} THEN
 			CALL {INCARNATE}();
 		END IF;
@@ -402,10 +431,12 @@ proc: BEGIN
 				LEAVE release_loop;
 			END IF;
 			SET v_i = 1;
-			SELECT COUNT(*) INTO v_x FROM {HOLDS}
-			 WHERE name = v_name AND owner = v_owner AND expires > UTC_TIMESTAMP(6);
-			IF v_x = 0 THEN
-				LEAVE release_loop;
+			IF NOT v_gone THEN
+				SELECT COUNT(*) INTO v_x FROM {HOLDS}
+				 WHERE name = v_name AND owner = v_owner AND expires > UTC_TIMESTAMP(6);
+				IF v_x = 0 THEN
+					LEAVE release_loop;
+				END IF;
 			END IF;
 		ELSE
 			FETCH cur INTO v_i, v_name, v_owner;
@@ -413,23 +444,76 @@ proc: BEGIN
 				LEAVE release_loop;
 			END IF;
 		END IF;
-		IF {FAST} THEN
-			SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+		IF v_gone THEN
+			-- The plain hold is gone, and reported so: a transaction of
+			-- InLockedTx that keeps the name's row past the lock wait
+			-- only keeps the name from being handed over (its waiters
+			-- are woken and ask).
+			SET v_out = '1,1;';
+			lock_gone: BEGIN
+				DECLARE EXIT HANDLER FOR 1205 SET v_gone = 2;
+				SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+				SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
+			END lock_gone;
+			IF v_gone = 2 THEN
+				LEAVE release_loop;
+			END IF;
+		ELSE
+			IF {FAST} THEN
+				SELECT id INTO v_x FROM {STRIPES} WHERE id = CRC32(v_name) & 65535 FOR UPDATE;
+			END IF;
+			SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
 		END IF;
-		SELECT COUNT(*) INTO v_x FROM {COUNTERS} WHERE name = v_name FOR UPDATE;
 		SET v_now = UTC_TIMESTAMP(6);
-		SELECT COUNT(*), COALESCE(MAX(queued), 1), COALESCE(MAX(flags), 0) INTO v_n, v_q, v_f
-		  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND expires > v_now;
-		-- The entry, and the name's expired ones (lockstate drops them
-		-- first), in two statements: a deletion of several rows of a MEMORY
-		-- table can miss some (see GRANT), and the entry must go.
-		DELETE FROM {HOLDS} WHERE name = v_name AND owner = v_owner;
+		IF v_gone THEN
+			SET v_n = 1, v_q = 0, v_f = 0;
+		ELSE
+			SELECT COUNT(*), COALESCE(MAX(queued), 1), COALESCE(MAX(flags), 0) INTO v_n, v_q, v_f
+			  FROM {HOLDS} WHERE name = v_name AND owner = v_owner AND expires > v_now;
+			-- The entry, and the name's expired ones (lockstate drops
+			-- them first), in two statements: a deletion of several rows
+			-- of a MEMORY table can miss some (see GRANT), and the entry
+			-- must go.
+			DELETE FROM {HOLDS} WHERE name = v_name AND owner = v_owner;
+		END IF;
 		DELETE FROM {HOLDS} WHERE name = v_name AND expires <= v_now;
-		IF v_f THEN
+		SET v_x = ROW_COUNT();
+		IF v_f & 3 THEN
 			DELETE FROM {LONG} WHERE name = v_name AND owner = v_owner;
 			DELETE FROM {META} WHERE name = v_name AND owner = v_owner;
 		END IF;
-		IF v_n = 1 THEN
+		IF v_n = 1 OR v_x > 0 THEN
+			-- The hand-off (see above). The head is read with what decides
+			-- it: its ticket, mode, whether it is a long lease or has its
+			-- metadata in {META}, and its hold's TTL, then its owner.
+			SELECT COALESCE(SUM(queued = 0), 0), COALESCE(SUM(queued = 1), 0),
+			       MIN(IF(queued = 1, CONCAT(LPAD(token, 20, '0'), mode, IF(flags & 3, 1, 0), LPAD(hold_ttl, 20, '0'), owner), NULL))
+			  INTO v_hn, v_hq, v_head
+			  FROM {HOLDS} WHERE name = v_name AND expires > v_now;
+			SET v_httl = COALESCE(CAST(SUBSTRING(v_head, 23, 20) AS SIGNED), 0);
+			IF v_hn = 0 AND SUBSTRING(v_head, 21, 2) = '10' AND v_httl > 0 THEN
+				IF {FAST} THEN
+					SELECT seq INTO v_hseq FROM {STATE} WHERE name = v_name;
+				ELSE
+					SELECT seq INTO v_hseq FROM {COUNTERS} WHERE name = v_name;
+				END IF;
+				-- GRANT's conditions: (the marker of this incarnation, read
+				-- above,) a TTL the grace period covers, the grace period
+				-- over, room in the counter.
+				IF v_hseq IS NOT NULL AND (NOT {FAST} OR v_httl <= v_max_ttl AND (v_grace IS NULL OR v_now >= v_grace)
+				                           AND v_hseq + 1 < (v_epoch + 1) << 32) THEN
+					-- The counter first: a failure in between skips a token.
+					UPDATE {SEQS} SET seq = v_hseq + 1 WHERE name = v_name;
+					UPDATE {HOLDS}
+					   SET queued = 0, token = v_hseq + 1, ttl_ns = v_httl, created = v_now, renewed = v_now, sid = '', hold_ttl = 0,
+					       flags = IF(v_hq > 1, 4, 0),
+					       expires = v_now + INTERVAL ((v_httl + LEAST(GREATEST(v_httl DIV 20, 1000000), 50000000) + 999) DIV 1000) MICROSECOND
+					 WHERE name = v_name AND owner = SUBSTRING(v_head, 43) AND queued = 1;
+				END IF;
+				SET v_hseq = NULL;
+			END IF;
+		END IF;
+		IF v_n = 1 AND NOT v_gone THEN
 			SET v_out = CONCAT(v_out, v_i, ',', 1 - v_q, ';');
 		END IF;
 	END LOOP;
@@ -916,13 +1000,28 @@ CREATE PROCEDURE {TAKE}(
 	IN p_bell VARCHAR(64) CHARACTER SET ascii, IN p_sid VARBINARY(32))
 MODIFIES SQL DATA SQL SECURITY INVOKER
 COMMENT '{VERSION}'
--- take is GRANT for the commonest call, an exclusive request on a name
--- that nobody holds or waits for, with the same arguments and result.
--- It grants such a request under the same locks and conditions as
--- GRANT's uncontended path, and hands every other call to GRANT. Being
--- small, it costs a CALL less than GRANT does (every variable a CALL
--- declares and every instruction it runs cost it); a Store calls it for
--- names it has not found busy lately.
+-- take is GRANT for the commonest calls of an exclusive request, with
+-- the same arguments and result; p_queue 2 and 3 say which to try (any
+-- nonzero p_queue asks to queue, as in GRANT):
+-- - a request on a name that nobody holds or waits for, granted under the
+--   same locks and conditions as GRANT's uncontended path;
+-- - with p_queue 2, a request of an owner without an entry on a name held
+--   by another (a Store's first ask on a name it found busy lately),
+--   which joins the queue without the name's stripe, in statements on the
+--   MEMORY tables, each atomic: the name's holds marked (see RELEASE), a
+--   ticket taken, and the entry written only if a live hold is there and
+--   nothing has expired. A ticket taken for nothing is only a gap;
+--   between a join's ticket and its entry, a hand-off may pass over it
+--   (microseconds: fairness, not exclusion, as only calls under the
+--   stripe grant);
+-- - with p_queue 3, a waiter asking again once woken (the Store holds its
+--   bell), which reads the hold RELEASE handed it, without the stripe: a
+--   live hold of the owner in the mode, limit, host, metadata and TTL
+--   asked for, lasting at least the TTL from now, is reported as
+--   extended without a write (GRANT would only extend it).
+-- Every other call goes to GRANT. Being small, it costs a CALL less than
+-- GRANT does (every variable a CALL declares and every instruction it
+-- runs cost it).
 proc: BEGIN
 	DECLARE v_now, v_expires, v_grace DATETIME(6) DEFAULT NULL;
 	DECLARE v_x, v_count, v_rang INT DEFAULT 0;
@@ -930,6 +1029,8 @@ proc: BEGIN
 	DECLARE v_epoch INT UNSIGNED DEFAULT 0;
 	DECLARE v_max_ttl, v_lwt BIGINT DEFAULT NULL;
 	DECLARE v_srv BINARY(20) DEFAULT NULL;
+	DECLARE v_bowner VARBINARY(160) DEFAULT NULL;
+	DECLARE v_bqueued TINYINT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -938,6 +1039,57 @@ proc: BEGIN
 		RESIGNAL;
 	END;
 
+	IF {FAST} AND p_mode = 1 AND NOT p_long AND COALESCE(LENGTH(p_meta), 0) <= {METAMAX} AND p_queue = 3 THEN
+		SET v_now = UTC_TIMESTAMP(6);
+		SELECT h.token, h.created, h.expires, h.sid = p_sid AND p_sid <> '', s.max_ttl, s.server
+		  INTO v_seq, v_grace, v_expires, v_x, v_max_ttl, v_srv
+		  FROM {HOLDS} h JOIN {STATE} s ON s.name = ''
+		 WHERE h.name = p_name AND h.owner = p_owner AND h.queued = 0 AND h.mode = p_mode AND h.lim = p_lim
+		   AND h.flags & 3 = 0 AND h.host = p_host AND h.meta <=> p_meta AND h.ttl_ns = p_ttl
+		   AND h.expires >= v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
+		IF v_seq IS NOT NULL AND v_srv = {SERVERID} AND p_ttl <= v_max_ttl THEN
+			SELECT 1, v_seq, {US}v_grace), {US}v_now), {US}v_expires), 0, NULL, 0, 0, v_x << 1;
+			LEAVE proc;
+		END IF;
+		SET v_seq = NULL, v_grace = NULL, v_expires = NULL, v_x = 0, v_max_ttl = NULL, v_srv = NULL;
+	END IF;
+	IF {FAST} AND p_mode = 1 AND NOT p_long AND COALESCE(LENGTH(p_meta), 0) <= {METAMAX} AND p_queue = 2 THEN
+		UPDATE {HOLDS} SET flags = flags | 4 WHERE name = p_name AND queued = 0 AND flags & 4 = 0;
+		UPDATE {STATE} SET ticket = LAST_INSERT_ID(ticket + 1) WHERE name = p_name;
+		IF ROW_COUNT() = 1 THEN
+			SET v_seq = LAST_INSERT_ID(), v_now = UTC_TIMESTAMP(6);
+			-- The bell goes up before the entry can exist.
+			IF p_bell <> '' THEN
+				SELECT COALESCE(GET_LOCK(p_bell, 0), 0) INTO v_rang;
+			END IF;
+			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, hold_ttl)
+			SELECT p_name, p_owner, 1, p_mode, p_lim, v_seq, p_host, p_meta, p_qttl, v_now, v_now,
+			       v_now + INTERVAL ((p_qttl + 999) DIV 1000) MICROSECOND, 0, p_ttl
+			  FROM {HOLDS} h WHERE h.name = p_name
+			HAVING SUM(h.queued = 0 AND h.expires > v_now) > 0 AND SUM(h.owner = p_owner) = 0 AND SUM(h.expires <= v_now) = 0;
+			IF ROW_COUNT() = 1 THEN
+				-- The blocker: the entry just ahead, or else the oldest
+				-- holder (as a 20-digit token followed by the owner, so
+				-- that MIN and MAX pick by token); and the first holder's
+				-- expiry. Not the owner's own hold: a release may have
+				-- handed it the name by now, and with no blocker baton asks
+				-- again at once.
+				SELECT COALESCE(MAX(IF(queued = 1 AND token < v_seq, CONCAT(LPAD(token, 20, '0'), owner), NULL)),
+				                MIN(IF(queued = 0 AND owner <> p_owner, CONCAT(LPAD(token, 20, '0'), owner), NULL))),
+				       MAX(queued = 1 AND token < v_seq), MIN(IF(queued = 0 AND owner <> p_owner, expires, NULL))
+				  INTO v_bowner, v_bqueued, v_expires
+				  FROM {HOLDS} WHERE name = p_name AND expires > v_now;
+				SELECT 2, 0, 0, {US}v_now), 0, GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, v_now, v_expires), 0), 0) * 1000,
+				       SUBSTRING(v_bowner, 21), v_bqueued, COALESCE(CAST(SUBSTRING(v_bowner, 1, 20) AS UNSIGNED), 0), v_rang;
+				LEAVE proc;
+			END IF;
+			IF v_rang = 1 THEN
+				DO RELEASE_LOCK(p_bell);
+				SET v_rang = 0;
+			END IF;
+			SET v_seq = NULL, v_now = NULL;
+		END IF;
+	END IF;
 	IF {FAST} AND p_mode = 1 AND NOT p_long AND COALESCE(LENGTH(p_meta), 0) <= {METAMAX} THEN
 		{LOCKWAIT}
 		SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -1029,7 +1181,7 @@ proc: BEGIN
 	DECLARE v_flags TINYINT DEFAULT 0;
 	DECLARE v_spill, v_tries, v_count INT DEFAULT 0;
 	DECLARE v_floor BIGINT UNSIGNED DEFAULT NULL;
-	DECLARE v_rang, v_bound INT DEFAULT 0;
+	DECLARE v_rang, v_bound, v_waiting INT DEFAULT 0;
 	DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
 	DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
 		ROLLBACK;
@@ -1192,6 +1344,7 @@ proc: BEGIN
 		       MIN(IF(queued = 0, CONCAT(LPAD(token, 20, '0'), owner), NULL))
 		  INTO v_gone, v_me, v_mtoken, v_mexp, v_holders, v_ahead, v_btoken, v_first, v_pred, v_hold_old
 		  FROM {HOLDS} WHERE name = p_name;
+		SET v_waiting = v_ahead - (v_me = 1);
 		IF v_gone = 0 AND (v_me = -1 OR v_me = 1 AND v_mtoken = v_btoken) THEN
 			SET v_lean = 1;
 			IF v_me = 1 THEN
@@ -1224,10 +1377,11 @@ proc: BEGIN
 	       MAX(IF(h.expires > v_now AND h.queued = 0 AND h.mode = 1, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
 	       MIN(IF(h.expires > v_now AND h.queued = 0, CONCAT(LPAD(h.token, 20, '0'), h.owner), NULL)),
 	       COALESCE(MAX(h.expires > v_now AND h.queued = 0 AND h.mode = 2 AND h.lim <> p_lim), 0),
-	       MAX(me.sid), COALESCE(MAX(h.owner = p_owner AND h.expires <= v_now), 0)
+	       MAX(me.sid), COALESCE(MAX(h.owner = p_owner AND h.expires <= v_now), 0),
+	       COALESCE(SUM(h.expires > v_now AND h.queued = 1 AND h.owner <> p_owner), 0)
 	  INTO v_gone, v_me, v_mode, v_lim, v_mtoken, v_mexp, v_created,
 	       v_holders, v_excl, v_ahead, v_excl_ahead, v_first, v_pred, v_pred_excl, v_hold_excl, v_hold_old, v_conflict,
-	       v_msid, v_dead
+	       v_msid, v_dead, v_waiting
 	  FROM {HOLDS} h
 	  LEFT JOIN {HOLDS} me ON me.name = h.name AND me.owner = p_owner AND me.expires > v_now
 	 WHERE h.name = p_name;
@@ -1249,7 +1403,7 @@ proc: BEGIN
 		ELSE
 			SET v_expires = v_now + INTERVAL ((p_ttl + 999) DIV 1000) MICROSECOND;
 			UPDATE {HOLDS} SET ttl_ns = p_ttl, renewed = v_now, expires = GREATEST(COALESCE({SESSIONEXP}sid), v_expires), v_expires), host = p_host,
-			       meta = IF(v_spill, NULL, p_meta), flags = v_flags
+			       meta = IF(v_spill, NULL, p_meta), flags = v_flags | (flags & 4)
 			 WHERE name = p_name AND owner = p_owner;
 			SET v_status = 1, v_token = v_mtoken, v_bound = p_sid <> '' AND v_msid = p_sid;
 			IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
@@ -1312,10 +1466,12 @@ proc: BEGIN
 						 WHERE name = p_name AND owner = p_owner;
 					END IF;
 				ELSE
+					-- The holds it queues behind are marked first (see RELEASE).
+					UPDATE {HOLDS} SET flags = flags | 4 WHERE name = p_name AND queued = 0 AND flags & 4 = 0;
 					UPDATE {SEQS} SET ticket = v_tick + 1 WHERE name = p_name;
-					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags)
+					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, hold_ttl)
 					VALUES (p_name, p_owner, 1, p_mode, p_lim, v_tick + 1, p_host, IF(v_spill, NULL, p_meta), p_qttl, v_now, v_now,
-					        v_now + INTERVAL ((p_qttl + 999) DIV 1000) MICROSECOND, v_flags & 2);
+					        v_now + INTERVAL ((p_qttl + 999) DIV 1000) MICROSECOND, v_flags & 2, IF(v_flags, 0, p_ttl));
 					IF v_flags & 2 THEN CALL {KEEP}(p_name, p_owner, v_flags & 2, v_tick + 1, p_meta); END IF;
 				END IF;
 			END IF;
@@ -1333,13 +1489,13 @@ proc: BEGIN
 		IF v_me = 1 THEN -- leaves the queue
 			UPDATE {HOLDS}
 			   SET queued = 0, mode = p_mode, lim = p_lim, token = v_token, host = p_host, meta = IF(v_spill, NULL, p_meta),
-			       ttl_ns = p_ttl, created = v_now, renewed = v_now, flags = v_flags, sid = p_sid,
+			       ttl_ns = p_ttl, created = v_now, renewed = v_now, flags = v_flags | IF(v_waiting > 0, 4, 0), sid = p_sid, hold_ttl = 0,
 			       expires = GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires)
 			 WHERE name = p_name AND owner = p_owner;
 		ELSE
 			INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, sid)
 			VALUES (p_name, p_owner, 0, p_mode, p_lim, v_token, p_host, IF(v_spill, NULL, p_meta), p_ttl, v_now, v_now,
-			        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), v_flags, p_sid);
+			        GREATEST(COALESCE({SESSIONEXP}p_sid), v_expires), v_expires), v_flags | IF(v_waiting > 0, 4, 0), p_sid);
 		END IF;
 		SET v_status = 0, v_bound = p_sid <> '';
 		IF v_flags THEN CALL {KEEP}(p_name, p_owner, v_flags, v_token, p_meta); END IF;
