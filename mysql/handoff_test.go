@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,6 +12,45 @@ import (
 	"github.com/baton-go/baton/drivertest"
 	"github.com/baton-go/baton/mysql"
 )
+
+// handOffReq is an exclusive request of owner for n, to queue.
+func handOffReq(n, owner string) *driver.Request {
+	return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
+}
+
+// holdAndQueue has owner "a" take n on store a and owner "b" queue
+// behind it on store b, and returns a's grant.
+func holdAndQueue(t *testing.T, ctx context.Context, a, b driver.Store, n string) *driver.Grant {
+	t.Helper()
+	ga, err := a.Acquire(ctx, handOffReq(n, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx, handOffReq(n, "b")); !errors.Is(err, driver.ErrNotGranted) {
+		t.Fatalf("b's Acquire while a holds: %v, want ErrNotGranted", err)
+	}
+	return ga
+}
+
+// releaseA releases a's hold of n on s.
+func releaseA(t *testing.T, ctx context.Context, s driver.Store, n string) {
+	t.Helper()
+	if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "a"}}); err != nil || !held[0] {
+		t.Fatalf("a's Release: %v, %v", held, err)
+	}
+}
+
+// stillQueued checks that b still waits for n, not handed it.
+func stillQueued(t *testing.T, ctx context.Context, s driver.Store, n string) {
+	t.Helper()
+	hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Owner != "b" || !hs[0].Queued {
+		t.Fatalf("after a's release: %+v, want b still queued", hs)
+	}
+}
 
 // handOff checks a hand-off on table tb between two Stores: b's request,
 // queued behind a's hold, holds the name once a releases it, with a new
@@ -23,19 +63,8 @@ func handOff(t *testing.T, tb string, durable, late bool) {
 	a := openWith(t, &mysql.Options{Table: tb, Durable: durable})
 	b := openWith(t, &mysql.Options{Table: tb, Durable: durable})
 	n := "handoff/" + t.Name()
-	req := func(owner string) *driver.Request {
-		return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
-	}
-	ga, err := a.Acquire(ctx, req("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Acquire(ctx, req("b")); !errors.Is(err, driver.ErrNotGranted) {
-		t.Fatalf("b's Acquire while a holds: %v, want ErrNotGranted", err)
-	}
-	if held, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "a"}}); err != nil || !held[0] {
-		t.Fatalf("a's Release: %v, %v", held, err)
-	}
+	ga := holdAndQueue(t, ctx, a, b, n)
+	releaseA(t, ctx, a, n)
 	hs, err := a.List(ctx, &driver.Filter{Name: n, Queued: true})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +78,7 @@ func handOff(t *testing.T, tb string, durable, late bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	sent := time.Now()
-	gb, err := b.Acquire(ctx, req("b"))
+	gb, err := b.Acquire(ctx, handOffReq(n, "b"))
 	if err != nil || gb.Token != hs[0].Token {
 		t.Fatalf("b's Acquire after the hand-off: %+v, %v; want the hold with token %d", gb, err, hs[0].Token)
 	}
@@ -106,22 +135,12 @@ func TestHandedHoldOfAnotherServer(t *testing.T) {
 		s := open(t, tb)
 		db := rawDB(t)
 		n := "handoff/marker"
-		req := func(owner string) *driver.Request {
-			return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
-		}
-		if _, err := s.Acquire(ctx, req("a")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Acquire(ctx, req("b")); !errors.Is(err, driver.ErrNotGranted) {
-			t.Fatalf("b's Acquire while a holds: %v, want ErrNotGranted", err)
-		}
-		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "a"}}); err != nil || !held[0] {
-			t.Fatalf("a's Release: %v, %v", held, err)
-		}
+		holdAndQueue(t, ctx, s, s, n)
+		releaseA(t, ctx, s, n)
 		if _, err := db.ExecContext(ctx, "UPDATE "+tb+"_state SET server = UNHEX(SHA1('another server')) WHERE name = ''"); err != nil {
 			t.Fatal(err)
 		}
-		if g, err := s.Acquire(ctx, req("b")); err == nil {
+		if g, err := s.Acquire(ctx, handOffReq(n, "b")); err == nil {
 			t.Fatalf("b's Acquire on the marker of another server: granted %+v, want not granted (a new incarnation's grace period)", g)
 		}
 	})
@@ -139,15 +158,7 @@ func TestHandOffWaitsForInLockedTx(t *testing.T) {
 		s := open(t, tb)
 		db := rawDB(t)
 		n := "handoff/intx"
-		req := func(owner string) *driver.Request {
-			return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
-		}
-		if _, err := s.Acquire(ctx, req("a")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Acquire(ctx, req("b")); !errors.Is(err, driver.ErrNotGranted) {
-			t.Fatalf("b's Acquire while a holds: %v, want ErrNotGranted", err)
-		}
+		holdAndQueue(t, ctx, s, s, n)
 		// The name's row, locked as InLockedTx's transaction locks it.
 		if _, err := db.ExecContext(ctx, "CALL "+tb+"_txrow(?)", n); err != nil {
 			t.Fatal(err)
@@ -161,16 +172,8 @@ func TestHandOffWaitsForInLockedTx(t *testing.T) {
 		if err := tx.QueryRowContext(ctx, "SELECT seq FROM "+tb+" WHERE name = ? FOR UPDATE", n).Scan(&seq); err != nil {
 			t.Fatal(err)
 		}
-		if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "a"}}); err != nil || !held[0] {
-			t.Fatalf("a's Release while the name's row is locked: %v, %v; want released", held, err)
-		}
-		hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(hs) != 1 || hs[0].Owner != "b" || !hs[0].Queued {
-			t.Fatalf("after a's release: %+v, want b still queued", hs)
-		}
+		releaseA(t, ctx, s, n) // reported released after the lock wait
+		stillQueued(t, ctx, s, n)
 	})
 }
 
@@ -208,36 +211,20 @@ func TestHandOffConditions(t *testing.T) {
 				s := open(t, tb)
 				db := rawDB(t)
 				n := "handoff/" + c.name
-				req := func(owner string) *driver.Request {
-					return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
-				}
-				if _, err := s.Acquire(ctx, req("a")); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := s.Acquire(ctx, req("b")); !errors.Is(err, driver.ErrNotGranted) {
-					t.Fatalf("b's Acquire while a holds: %v, want ErrNotGranted", err)
-				}
+				holdAndQueue(t, ctx, s, s, n)
 				q := c.set(db, tb, n)
 				if r, err := db.ExecContext(ctx, q); err != nil {
 					t.Fatal(err)
 				} else if k, _ := r.RowsAffected(); k != 1 {
 					t.Fatalf("%s: %d rows", q, k)
 				}
-				if held, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "a"}}); err != nil || !held[0] {
-					t.Fatalf("a's Release: %v, %v", held, err)
-				}
-				hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(hs) != 1 || hs[0].Owner != "b" || !hs[0].Queued {
-					t.Fatalf("after a's release: %+v, want b still queued", hs)
-				}
+				releaseA(t, ctx, s, n)
+				stillQueued(t, ctx, s, n)
 				if c.unset != nil {
 					if _, err := db.ExecContext(ctx, c.unset(db, tb, n)); err != nil {
 						t.Fatal(err)
 					}
-					if _, err := s.Acquire(ctx, req("b")); err != nil {
+					if _, err := s.Acquire(ctx, handOffReq(n, "b")); err != nil {
 						t.Fatalf("b's Acquire once the grace period is over: %v", err)
 					}
 				}
