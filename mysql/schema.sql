@@ -1466,8 +1466,11 @@ proc: BEGIN
 						 WHERE name = p_name AND owner = p_owner;
 					END IF;
 				ELSE
-					-- The holds it queues behind are marked first (see RELEASE).
-					UPDATE {HOLDS} SET flags = flags | 4 WHERE name = p_name AND queued = 0 AND flags & 4 = 0;
+					-- The holds it queues behind are marked first (see RELEASE;
+					-- a durable table releases every hold under the lock).
+					IF {FAST} THEN
+						UPDATE {HOLDS} SET flags = flags | 4 WHERE name = p_name AND queued = 0 AND flags & 4 = 0;
+					END IF;
 					UPDATE {SEQS} SET ticket = v_tick + 1 WHERE name = p_name;
 					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires, flags, hold_ttl)
 					VALUES (p_name, p_owner, 1, p_mode, p_lim, v_tick + 1, p_host, IF(v_spill, NULL, p_meta), p_qttl, v_now, v_now,
