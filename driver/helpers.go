@@ -166,3 +166,41 @@ func ParseFlag(v string) (on, ok bool) {
 	}
 	return false, false
 }
+
+// BusyNames remembers the names a store found busy lately, for a store
+// with a call made for contention (such as joining a queue) that it sends
+// requests on those names to, and a lighter one for the others. A name is
+// remembered For after its last Mark, and at most Max names are (beyond
+// that, all are forgotten at once); the zero value remembers none.
+type BusyNames struct {
+	For time.Duration
+	Max int
+
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// Mark notes that name was found busy now.
+func (b *BusyNames) Mark(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.For <= 0 || b.Max <= 0 {
+		return
+	}
+	if b.at == nil || len(b.at) >= b.Max {
+		b.at = map[string]time.Time{}
+	}
+	b.at[name] = time.Now()
+}
+
+// Recent reports whether name was marked less than For ago.
+func (b *BusyNames) Recent(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.at[name]
+	if ok && time.Since(t) >= b.For {
+		delete(b.at, name)
+		ok = false
+	}
+	return ok
+}

@@ -54,3 +54,27 @@ func TestParseURLHidesTheURL(t *testing.T) {
 		t.Errorf("ParseURL of a good URL: %v, %v", u, err)
 	}
 }
+
+func TestBusyNames(t *testing.T) {
+	var none driver.BusyNames
+	none.Mark("a")
+	if none.Recent("a") {
+		t.Error("the zero BusyNames remembered a name")
+	}
+	b := driver.BusyNames{For: time.Hour, Max: 2}
+	b.Mark("a")
+	if !b.Recent("a") || b.Recent("b") {
+		t.Error("Recent does not tell the marked name from another")
+	}
+	b.Mark("b")
+	b.Mark("c") // beyond Max: the others are forgotten
+	if b.Recent("a") || b.Recent("b") || !b.Recent("c") {
+		t.Error("beyond Max, the names marked before are still remembered")
+	}
+	short := driver.BusyNames{For: time.Nanosecond, Max: 2}
+	short.Mark("a")
+	time.Sleep(time.Millisecond)
+	if short.Recent("a") {
+		t.Error("a name is remembered longer than For")
+	}
+}

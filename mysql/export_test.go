@@ -40,7 +40,7 @@ func ParseURL(rawURL string) (dsn string, opts *Options, err error) {
 // AlwaysTake makes s call T_take for every exclusive request it may
 // decide (no name counts as busy), so that a model walk checks T_take's
 // decisions as well as T_grant's. Call it before s is used.
-func AlwaysTake(s *Store) { s.busy.window = 0 }
+func AlwaysTake(s *Store) { s.busy.For = 0 }
 
 // HeldBells is the number of bells s holds.
 func HeldBells(s *Store) int { return s.bells.heldCount() }

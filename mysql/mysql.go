@@ -234,7 +234,7 @@ type Store struct {
 	// came before its watch, for the watch to start from (see Replay).
 	refused map[driver.Key]*blocker
 
-	busy busyNames
+	busy driver.BusyNames
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -355,7 +355,7 @@ func newStore(db *sql.DB, o Options) *Store {
 		initSem: make(chan struct{}, 1),
 		watches: make(map[driver.Key]*watch),
 		refused: make(map[driver.Key]*blocker),
-		busy:    busyNames{window: busyFor},
+		busy:    driver.BusyNames{For: busyFor, Max: maxBusy},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.bells = &bells{db: db, where: map[string]*bellConn{}, lost: map[string]bool{}, max: maxBells}
@@ -876,7 +876,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		switch {
 		case req.Queue && s.bells.holds(bell):
 			proc, procSQL, queue = s.st.take, s.st.takeSQL, 3
-		case !s.busy.recent(req.Name):
+		case !s.busy.Recent(req.Name):
 			proc, procSQL = s.st.take, s.st.takeSQL
 		case req.Queue:
 			proc, procSQL, queue = s.st.take, s.st.takeSQL, 2
@@ -936,7 +936,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 		return g, nil
 	case 2:
-		s.busy.mark(req.Name)
+		s.busy.Mark(req.Name)
 		if bOwner != nil {
 			s.setBlocker(req, &blocker{owner: string(bOwner), queued: bQueued == 1, token: bToken})
 		} else {
@@ -959,36 +959,6 @@ const (
 	busyFor = time.Second
 	maxBusy = 10000
 )
-
-// busyNames are the names a Store was refused on lately.
-type busyNames struct {
-	mu     sync.Mutex
-	at     map[string]time.Time
-	window time.Duration // busyFor; 0: none is remembered
-}
-
-func (b *busyNames) mark(name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.window == 0 {
-		return
-	}
-	if b.at == nil || len(b.at) >= maxBusy {
-		b.at = map[string]time.Time{}
-	}
-	b.at[name] = time.Now()
-}
-
-func (b *busyNames) recent(name string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t, ok := b.at[name]
-	if ok && time.Since(t) >= b.window {
-		delete(b.at, name)
-		ok = false
-	}
-	return ok
-}
 
 // sessionsFor reports whether req's hold may be bound to a session: one
 // the client keeps alive, on a fast table, of a TTL the grace period after

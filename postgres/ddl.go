@@ -54,8 +54,8 @@ type objects struct {
 	ownerIx     string // index on holds (owner), unqualified (indexes live with their table)
 
 	// the entry points, and the functions they call
-	acquire, renew, release, list, purge, bind, reclaim, session string
-	wake, newEpoch, raise, begin, take, settle, next, alive      string
+	acquire, join, renew, release, releaseOne, list, purge, bind, reclaim, session string
+	wake, newEpoch, raise, begin, take, settle, next, alive                        string
 }
 
 func newObjects(schema, table string) objects {
@@ -75,8 +75,10 @@ func newObjects(schema, table string) objects {
 		sessions:    q("_sessions"),
 		ownerIx:     pgx.Identifier{table + "_holds_owner"}.Sanitize(),
 		acquire:     q("_acquire"),
+		join:        q("_join"),
 		renew:       q("_renew"),
 		release:     q("_release"),
+		releaseOne:  q("_release_one"),
 		list:        q("_list"),
 		purge:       q("_purge"),
 		bind:        q("_bind"),
@@ -119,7 +121,9 @@ func (o objects) ddl() string {
 		"{SESSIONS}", o.sessions,
 		"{OWNER_IX}", o.ownerIx,
 		"{ACQUIRE}", o.acquire,
+		"{JOIN}", o.join,
 		"{RENEW}", o.renew,
+		"{RELEASE1}", o.releaseOne,
 		"{RELEASE}", o.release,
 		"{LIST}", o.list,
 		"{PURGE}", o.purge,

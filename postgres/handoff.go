@@ -68,6 +68,15 @@ func (h *hub) setMark(req *driver.Request, m driver.ServerMark) {
 	}
 }
 
+// asked reports whether req's owner was refused on req's name and has not
+// been granted it since: it waits in the queue.
+func (h *hub) asked(req *driver.Request) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.marks[req.Name+"\n"+req.Owner]
+	return ok
+}
+
 // forget drops the marks and handed holds of keys.
 func (h *hub) forget(keys []driver.Key) {
 	h.mu.Lock()

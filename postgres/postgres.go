@@ -29,9 +29,10 @@
 // With Options.Table T (baton_locks by default), in Options.Schema or else
 // the connection's current schema, the store uses the tables T (a row per
 // lock name in use), T_holds, T_epochs, the unlogged T_incarnation and
-// T_sessions, and the PL/pgSQL functions T_acquire, T_renew, T_release,
-// T_purge, T_list, T_bind, T_reclaim and T_session with their helpers:
-// each call of a Store is one statement, one round trip, one transaction.
+// T_sessions, and the PL/pgSQL functions T_acquire, T_join, T_renew,
+// T_release, T_release_one, T_purge, T_list, T_bind, T_reclaim and
+// T_session with their helpers: each call of a Store is one statement, one
+// round trip, one transaction.
 // [DDL] returns the script.
 // Unless Options.NoCreate is set, the store runs it on first use when the
 // table is missing or was made by another version of this package; its
@@ -168,6 +169,7 @@ type Store struct {
 	ownPool bool
 	opts    Options
 	hub     *hub
+	busy    driver.BusyNames // names to send to join
 
 	initSem chan struct{} // held while the schema is checked or created
 	ready   atomic.Bool
@@ -191,7 +193,7 @@ type Store struct {
 }
 
 type queries struct {
-	acquire, renew, release, list, purge, bind, reclaim, session string
+	acquire, join, renew, release, releaseOne, list, purge, bind, reclaim, session string
 }
 
 // Open connects to the database at rawURL (a postgres:// URL, see the
@@ -274,6 +276,7 @@ func newStore(pool *pgxpool.Pool, o Options) *Store {
 		pool:      pool,
 		opts:      o,
 		hub:       newHub(pool.Config().ConnConfig, o.Table),
+		busy:      driver.BusyNames{For: busyFor, Max: maxRemembered},
 		initSem:   make(chan struct{}, 1),
 		vacuumDue: make(chan struct{}, 1),
 	}
@@ -379,14 +382,16 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	s.obj = obj
 	s.q = queries{
-		acquire: "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-		renew:   "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3, $4)",
-		release: "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
-		list:    "SELECT * FROM " + obj.list + "($1, $2, $3)",
-		purge:   "SELECT * FROM " + obj.purge + "()",
-		bind:    "SELECT " + obj.bind + "($1, $2, $3)",
-		reclaim: "SELECT " + obj.reclaim + "($1)",
-		session: "SELECT " + obj.session + "($1, $2, $3, $4)",
+		acquire:    "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.acquire + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		join:       "SELECT o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound FROM " + obj.join + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		renew:      "SELECT o_i, o_token, o_created, o_renewed, o_expires FROM " + obj.renew + "($1, $2, $3, $4)",
+		release:    "SELECT o_i, o_held FROM " + obj.release + "($1, $2)",
+		releaseOne: "SELECT " + obj.releaseOne + "($1, $2)",
+		list:       "SELECT * FROM " + obj.list + "($1, $2, $3)",
+		purge:      "SELECT * FROM " + obj.purge + "()",
+		bind:       "SELECT " + obj.bind + "($1, $2, $3)",
+		reclaim:    "SELECT " + obj.reclaim + "($1)",
+		session:    "SELECT " + obj.session + "($1, $2, $3, $4)",
 	}
 	return nil
 }
@@ -502,6 +507,9 @@ func (s *Store) durable() int64 {
 	return ns(s.opts.MaxGrace)
 }
 
+// busyFor is how long a Store sends a name it found busy to join.
+const busyFor = time.Second
+
 // callGrace is how long an acquire may outlive its caller's context (see
 // driver.Outlive): room for a short wait on the name's row.
 const callGrace = time.Second
@@ -512,7 +520,15 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		return nil, err
 	}
 	if g := s.hub.handedGrant(req, time.Now()); g != nil {
+		s.busy.Mark(req.Name)
 		return g, nil
+	}
+	// join is acquire made for contention: the first ask of an exclusive
+	// request to wait, on a name this Store found busy lately, most likely
+	// joins the queue (schema.sql).
+	query := s.q.acquire
+	if req.Mode == driver.Exclusive && req.Queue && s.busy.Recent(req.Name) && !s.hub.asked(req) {
+		query = s.q.join
 	}
 	var (
 		status                    int16
@@ -536,7 +552,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 	cctx, cancel := driver.Outlive(ctx, callGrace)
 	defer cancel()
 	err := retry(ctx, func() error {
-		return s.pool.QueryRow(cctx, s.q.acquire, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
+		return s.pool.QueryRow(cctx, query, req.Name, req.Owner, int16(req.Mode), int32(req.Limit),
 			ns(req.TTL), req.Queue, ns(req.QueueTTL), req.Host, req.Meta, s.durable(), sid, s.hub.own).
 			Scan(&status, &token, &created, &renewed, &expires, &after, &bound)
 	})
@@ -556,6 +572,7 @@ func (s *Store) Acquire(ctx context.Context, req *driver.Request) (*driver.Grant
 		}
 		return g, nil
 	case 2:
+		s.busy.Mark(req.Name)
 		if req.Queue {
 			// created is the server's clock, read after sent.
 			s.hub.setMark(req, driver.ServerMark{Sent: sent, Server: created, Resolution: time.Microsecond})
@@ -626,6 +643,18 @@ func (s *Store) Release(ctx context.Context, keys []driver.Key) ([]bool, error) 
 	names, owners := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		names[i], owners[i] = k.Name, k.Owner
+	}
+	if len(keys) == 1 {
+		err := retry(ctx, func() error {
+			var held *bool
+			err := s.pool.QueryRow(ctx, s.q.releaseOne, names[0], owners[0]).Scan(&held)
+			out[0] = held != nil && *held
+			return err
+		})
+		if err != nil {
+			return nil, wrap("release", err)
+		}
+		return out, nil
 	}
 	err := retry(ctx, func() error {
 		clear(out)

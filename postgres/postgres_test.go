@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1237,6 +1238,89 @@ func TestHandOffTooLargeWakesAll(t *testing.T) {
 		}
 		if len(hs) != waiters {
 			t.Errorf("%d holders after the hand-off, want %d", len(hs), waiters)
+		}
+	})
+}
+
+// TestReleaseHandsOffToSharedHeads: the release of an exclusive hold
+// grants every shared request at the head of the queue, not the first
+// one alone (release_one's hand-off takes exclusive heads only).
+func TestReleaseHandsOffToSharedHeads(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		s := open(t, freshTable(t))
+		n := "shared-heads/" + t.Name()
+		req := func(name, owner string, mode driver.Mode) *driver.Request {
+			return &driver.Request{Name: name, Owner: owner, Mode: mode, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
+		}
+		handOff := func(name string, waiters []string, mode driver.Mode) {
+			t.Helper()
+			if _, err := s.Acquire(ctx, req(name, "x", driver.Exclusive)); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range waiters {
+				var busy *driver.Busy
+				if _, err := s.Acquire(ctx, req(name, o, mode)); !errors.As(err, &busy) {
+					t.Fatalf("Acquire(%s) = %v, want busy", o, err)
+				}
+			}
+			if ok, err := s.Release(ctx, []driver.Key{{Name: name, Owner: "x"}}); err != nil || !ok[0] {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+		}
+		// A first hand-off raises the longest lease to what the next
+		// one needs (TestHandOffRaisesMaxTTL), so that it may take the
+		// shortest way.
+		handOff(n+"/first", []string{"w"}, driver.Exclusive)
+		handOff(n, []string{"s1", "s2"}, driver.Shared)
+		hs, err := s.List(ctx, &driver.Filter{Name: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, h := range hs {
+			if !h.Queued {
+				got = append(got, h.Owner)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"s1", "s2"}) {
+			t.Errorf("holders after the release: %v, want s1 and s2", got)
+		}
+	})
+}
+
+// TestHandOffRaisesMaxTTL: a hold handed over lasts HandOffExtra longer
+// than its TTL; granted without a flush, it must be one the grace period
+// after a crash covers, so the longest such lease is raised first.
+func TestHandOffRaisesMaxTTL(t *testing.T) {
+	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
+		ctx := ctxFor(t, 30*time.Second)
+		tb := freshTable(t)
+		s := open(t, tb)
+		n := "raise/" + t.Name()
+		req := func(owner string) *driver.Request {
+			return &driver.Request{Name: n, Owner: owner, Mode: driver.Exclusive, TTL: 10 * time.Second, Queue: true, QueueTTL: 10 * time.Second}
+		}
+		if _, err := s.Acquire(ctx, req("h")); err != nil {
+			t.Fatal(err)
+		}
+		var busy *driver.Busy
+		if _, err := s.Acquire(ctx, req("w")); !errors.As(err, &busy) {
+			t.Fatalf("Acquire(w) = %v, want busy", err)
+		}
+		if ok, err := s.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		var lease time.Duration
+		var maxTTL int64
+		err := pool(t).QueryRow(ctx, fmt.Sprintf(`SELECT (extract(epoch FROM e.expires - e.renewed) * 1000000)::bigint * 1000, p.max_ttl
+			FROM %s_holds e, %s_epochs p WHERE e.name = $1 AND e.owner = 'w' AND NOT e.queued`, tb, tb), n).Scan(&lease, &maxTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease <= 10*time.Second || lease > time.Duration(maxTTL)+time.Microsecond {
+			t.Errorf("the hold handed over lasts %v; the longest lease recorded is %v", lease, time.Duration(maxTTL))
 		}
 	})
 }

@@ -1,12 +1,12 @@
 -- The objects of one lock table of baton's PostgreSQL store. The store
 -- replaces the {NAMES} (see ddl.go); postgres.DDL returns the result.
 --
--- Every entry point (acquire, renew, release, purge, list, bind) is one
--- statement from the client: one round trip, one transaction. Every change
--- to a name happens while the transaction holds that name's row of
--- {COUNTERS} locked, so the row lock serializes everything done to one
--- name; functions that lock several names lock them in name order
--- (COLLATE "C"), so they cannot deadlock one another.
+-- Every entry point (acquire, join, renew, release, release_one, purge,
+-- list, bind) is one statement from the client: one round trip, one
+-- transaction. Every change to a name happens while the transaction holds
+-- that name's row of {COUNTERS} locked, so the row lock serializes
+-- everything done to one name; functions that lock several names lock
+-- them in name order (COLLATE "C"), so they cannot deadlock one another.
 --
 -- A name whose only entry is one exclusive hold keeps it in its own row
 -- ("inline": the x* columns), and busy says whether the name has entries in
@@ -504,46 +504,6 @@ BEGIN
 			o_status := 0; o_renewed := o_created; o_after := 0; o_bound := p_session IS NOT NULL;
 			RETURN;
 		END IF;
-		-- The second fast path, the commonest call under contention: an
-		-- exclusive request to wait, of an owner without an entry, on a name
-		-- whose entries are all live (so it cannot be granted, and nothing
-		-- is to be dropped), joins the queue. The first statement locks the
-		-- name's row, so that the second reads the entries as every change
-		-- before it left them. A ticket taken for nothing (the second
-		-- statement inserts no entry) is only a gap.
-		IF p_queue THEN
-			UPDATE {COUNTERS} k SET ticket = k.ticket + 1
-			 WHERE k.name = p_name AND k.busy AND k.xo IS NULL
-			   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner) -- (a waiter asking again)
-			RETURNING k.ticket INTO v_ticket;
-			IF FOUND THEN
-				WITH s AS (
-					SELECT t.now, CASE WHEN h.first IS NOT NULL OR t.now < i.grace THEN greatest(h.first, i.grace) END AS after
-					  FROM (SELECT clock_timestamp() AS now) t
-					  JOIN {INCARNATION} i ON i.id
-					 CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE e.expires <= t.now) AS gone,
-					                            min(e.expires) FILTER (WHERE NOT e.queued) AS first
-					                       FROM {HOLDS} e WHERE e.name = p_name) h
-					 WHERE h.n > 0 AND h.gone = 0 AND (p_durable < 0 OR p_ttl > p_durable OR p_ttl <= i.max_ttl)
-					   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner)
-					   AND set_config('synchronous_commit',
-					                  CASE WHEN p_durable >= 0 AND p_ttl <= p_durable THEN 'off' ELSE 'on' END, true) IS NOT NULL
-				), n AS (
-					INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
-					                     hold_ttl, durable, chan)
-					SELECT p_name, p_owner, true, 1, p_limit, v_ticket, p_host, p_meta, p_qttl, s.now, s.now,
-					       s.now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable, p_chan
-					  FROM s
-					RETURNING 1
-				)
-				SELECT s.now, s.after INTO v_now, v_first FROM s, n;
-				IF FOUND THEN
-					o_status := 2; o_token := 0; o_created := v_now; o_renewed := v_now; o_expires := v_now;
-					o_after := coalesce((extract(epoch FROM v_first - v_now) * 1000000000)::bigint, 0);
-					RETURN;
-				END IF;
-			END IF;
-		END IF;
 	END IF;
 
 	-- begin's common case, inline: the marker is there, and the lease
@@ -692,6 +652,63 @@ BEGIN
 	END IF;
 END $$;
 
+-- join is acquire for an exclusive request to wait on a name that is
+-- likely busy, the commonest call under contention, in a lighter call: an
+-- owner without an entry, on a name whose entries are all live (so it
+-- cannot be granted, and nothing is to be dropped), joins the queue. The
+-- first statement locks the name's row, so that the second reads the
+-- entries as every change before it left them; a ticket taken for nothing
+-- (the second statement inserts no entry) is only a gap. Anything else
+-- goes to acquire.
+CREATE OR REPLACE FUNCTION {JOIN}(
+	p_name text, p_owner text, p_mode smallint, p_limit integer, p_ttl bigint,
+	p_queue boolean, p_qttl bigint, p_host text, p_meta jsonb, p_durable bigint, p_session text, p_chan text,
+	OUT o_status smallint, OUT o_token bigint, OUT o_created timestamptz,
+	OUT o_renewed timestamptz, OUT o_expires timestamptz, OUT o_after bigint, OUT o_bound boolean)
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+	v_ticket bigint;
+	v_now    timestamptz;
+	v_first  timestamptz;
+BEGIN
+	o_bound := false;
+	IF p_mode = 1 AND p_queue THEN
+		UPDATE {COUNTERS} k SET ticket = k.ticket + 1
+		 WHERE k.name = p_name AND k.busy AND k.xo IS NULL
+		   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner) -- (a waiter asking again)
+		RETURNING k.ticket INTO v_ticket;
+		IF FOUND THEN
+			WITH s AS (
+				SELECT t.now, CASE WHEN h.first IS NOT NULL OR t.now < i.grace THEN greatest(h.first, i.grace) END AS after
+				  FROM (SELECT clock_timestamp() AS now) t
+				  JOIN {INCARNATION} i ON i.id
+				 CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE e.expires <= t.now) AS gone,
+				                            min(e.expires) FILTER (WHERE NOT e.queued) AS first
+				                       FROM {HOLDS} e WHERE e.name = p_name) h
+				 WHERE h.n > 0 AND h.gone = 0 AND (p_durable < 0 OR p_ttl > p_durable OR p_ttl <= i.max_ttl)
+				   AND NOT EXISTS (SELECT 1 FROM {HOLDS} o WHERE o.name = p_name AND o.owner = p_owner)
+				   AND set_config('synchronous_commit',
+				                  CASE WHEN p_durable >= 0 AND p_ttl <= p_durable THEN 'off' ELSE 'on' END, true) IS NOT NULL
+			), n AS (
+				INSERT INTO {HOLDS} (name, owner, queued, mode, lim, token, host, meta, ttl_ns, created, renewed, expires,
+				                     hold_ttl, durable, chan)
+				SELECT p_name, p_owner, true, 1, p_limit, v_ticket, p_host, p_meta, p_qttl, s.now, s.now,
+				       s.now + ((p_qttl + 999) / 1000) * interval '1 microsecond', p_ttl, p_durable, p_chan
+				  FROM s
+				RETURNING 1
+			)
+			SELECT s.now, s.after INTO v_now, v_first FROM s, n;
+			IF FOUND THEN
+				o_status := 2; o_token := 0; o_created := v_now; o_renewed := v_now; o_expires := v_now;
+				o_after := coalesce((extract(epoch FROM v_first - v_now) * 1000000000)::bigint, 0);
+				RETURN;
+			END IF;
+		END IF;
+	END IF;
+	SELECT * INTO o_status, o_token, o_created, o_renewed, o_expires, o_after, o_bound
+	  FROM {ACQUIRE}(p_name, p_owner, p_mode, p_limit, p_ttl, p_queue, p_qttl, p_host, p_meta, p_durable, p_session, p_chan) a;
+END $$;
+
 -- acquire as the earlier versions of this package call it: those of
 -- schema 5 listen to the table's channel alone, and those before it bind
 -- no session either.
@@ -789,96 +806,29 @@ DECLARE
 	v_gone integer;
 	v_held boolean;
 	v_done integer[];
-	v_line text;
 BEGIN
 	-- A release lost in a crash only brings the hold back until it
 	-- expires, within the grace period.
 	PERFORM set_config('synchronous_commit', 'off', true);
 	-- Inline holds: nobody waits for their names. (xs means nothing once
 	-- xo is NULL, and every grant sets it.)
-	IF cardinality(p_names) = 1 THEN
+	PERFORM 1 FROM {COUNTERS} k
+	  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
+	 ORDER BY k.name FOR UPDATE OF k;
+	FOR r IN
 		UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
-		 WHERE k.name = p_names[1] AND k.xo = p_owners[1]
-		RETURNING k.xe > clock_timestamp()
-		          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp())
-		     INTO o_held;
-		IF FOUND THEN
-			o_i := 1;
-			RETURN NEXT;
-			RETURN;
-		END IF;
-		-- The fast path, the commonest release under contention: a live
-		-- exclusive hold handed to the head of the queue, an exclusive request
-		-- that wake would grant at once without a raise of max_ttl (the marker
-		-- there, past the grace period, the counter not full), on a name
-		-- without expired entries. With the name's row locked, one statement
-		-- checks all that, and one hands the name over, as take, the deletion
-		-- and wake would, committed durably when the owner's bound says so.
-		-- Anything else goes the long way below.
-		PERFORM 1 FROM {COUNTERS} k WHERE k.name = p_names[1] AND k.busy AND k.xo IS NULL FOR UPDATE;
-		IF FOUND THEN
-			v_now := clock_timestamp();
-			SELECT q.owner, q.ttl, coalesce(q.chan, {CHANNEL}) AS chan, i.epoch, q.durable < 0 OR q.ttl > q.durable AS sync INTO r
-			  FROM {COUNTERS} k
-			  JOIN {INCARNATION} i ON i.id
-			 CROSS JOIN LATERAL (
-				SELECT e.owner, e.mode, e.hold_ttl, e.durable, e.chan,
-				       e.hold_ttl + least(greatest(e.hold_ttl / 20, 1000000), 50000000) AS ttl
-				  FROM {HOLDS} e WHERE e.name = k.name AND e.queued AND e.expires > v_now
-				 ORDER BY e.token LIMIT 1) q
-			 WHERE k.name = p_names[1] AND v_now >= i.grace AND (k.epoch < i.epoch OR k.seq < 4294967295)
-			   AND q.mode = 1 AND q.hold_ttl IS NOT NULL AND q.durable IS NOT NULL
-			   AND (q.durable < 0 OR q.ttl > q.durable OR q.ttl <= i.max_ttl)
-			   AND EXISTS (SELECT 1 FROM {HOLDS} m
-			                WHERE m.name = k.name AND m.owner = p_owners[1] AND NOT m.queued AND m.mode = 1 AND m.expires > v_now)
-			   AND NOT EXISTS (SELECT 1 FROM {HOLDS} x WHERE x.name = k.name AND x.expires <= v_now);
-			IF FOUND THEN
-				IF r.sync THEN
-					PERFORM set_config('synchronous_commit', 'on', true);
-				END IF;
-				WITH d AS (
-					DELETE FROM {HOLDS} e WHERE e.name = p_names[1] AND e.owner = p_owners[1]
-				), t AS (
-					UPDATE {COUNTERS} k
-					   SET seq = CASE WHEN k.epoch >= r.epoch THEN k.seq + 1 ELSE 1 END, epoch = greatest(k.epoch, r.epoch)
-					 WHERE k.name = p_names[1]
-					RETURNING (k.epoch::bigint << 32) | k.seq AS token
-				)
-				UPDATE {HOLDS} e
-				   SET queued = false, token = t.token, ttl_ns = e.hold_ttl, hold_ttl = NULL, durable = NULL, sid = NULL,
-				       created = v_now, renewed = v_now, expires = v_now + ((r.ttl + 999) / 1000) * interval '1 microsecond'
-				  FROM t
-				 WHERE e.name = p_names[1] AND e.owner = r.owner
-				-- As wake tells it.
-				RETURNING p_names[1] || E'\n' || e.owner || ' ' || e.token || ' ' || floor(extract(epoch FROM e.created) * 1000000)::bigint
-				          || ' ' || floor(extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
-				INTO v_line;
-				PERFORM pg_notify(r.chan, v_line);
-				o_i := 1;
-				o_held := true;
-				RETURN NEXT;
-				RETURN;
-			END IF;
-		END IF;
-	ELSE
-		PERFORM 1 FROM {COUNTERS} k
-		  JOIN unnest(p_names, p_owners) AS u(name, owner) ON k.name = u.name AND k.xo = u.owner
-		 ORDER BY k.name FOR UPDATE OF k;
-		FOR r IN
-			UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
-			  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
-			 WHERE k.name = u.name AND k.xo = u.owner
-			RETURNING u.i::integer AS i,
-			          k.xe > clock_timestamp()
-			          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
-		LOOP
-			v_done := v_done || r.i;
-			o_i := r.i; o_held := r.held;
-			RETURN NEXT;
-		END LOOP;
-		IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
-			RETURN;
-		END IF;
+		  FROM unnest(p_names, p_owners) WITH ORDINALITY AS u(name, owner, i)
+		 WHERE k.name = u.name AND k.xo = u.owner
+		RETURNING u.i::integer AS i,
+		          k.xe > clock_timestamp()
+		          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp()) AS held
+	LOOP
+		v_done := v_done || r.i;
+		o_i := r.i; o_held := r.held;
+		RETURN NEXT;
+	END LOOP;
+	IF coalesce(cardinality(v_done), 0) = cardinality(p_names) THEN
+		RETURN;
 	END IF;
 	FOR r IN
 		SELECT u.name, u.owner, u.i::integer AS i
@@ -908,6 +858,82 @@ BEGIN
 		o_held := v_held;
 		RETURN NEXT;
 	END LOOP;
+END $$;
+
+-- release_one is release of one key, in a lighter call, and returns
+-- whether it was a hold, NULL if the key has no live entry. Its fast
+-- paths are the release of an inline hold (nobody waits for the name) and
+-- the commonest release under contention: a live exclusive hold handed to
+-- the head of the queue, an exclusive request that wake would grant at
+-- once without a raise of max_ttl (the marker there, past the grace
+-- period, the name's counter in the current epoch and not full), on a name
+-- without expired entries. The first statement of the hand-off locks the
+-- name's row as it takes the name's next token, so that the second reads
+-- the entries as every change before it left them; it checks all that,
+-- and the third hands the name over, as take, the deletion and wake would,
+-- committed durably when the owner's bound says so. A token taken for no
+-- hand-off is given back, under the same lock, so that tokens stay
+-- consecutive. Anything else goes the long way, to release.
+CREATE OR REPLACE FUNCTION {RELEASE1}(p_name text, p_owner text) RETURNS boolean
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+	r       record;
+	v_now   timestamptz;
+	v_held  boolean;
+	v_token bigint;
+	v_max   bigint;
+	v_grace timestamptz;
+	v_line  text;
+BEGIN
+	-- (As in release.)
+	PERFORM set_config('synchronous_commit', 'off', true);
+	UPDATE {COUNTERS} k SET xo = NULL, xm = NULL
+	 WHERE k.name = p_name AND k.xo = p_owner
+	RETURNING k.xe > clock_timestamp()
+	          OR EXISTS (SELECT 1 FROM {SESSIONS} s WHERE s.id = k.xs AND s.expires > clock_timestamp())
+	     INTO v_held;
+	IF FOUND THEN
+		RETURN v_held;
+	END IF;
+	UPDATE {COUNTERS} k SET seq = k.seq + 1
+	  FROM {INCARNATION} i
+	 WHERE i.id AND k.name = p_name AND k.busy AND k.xo IS NULL AND clock_timestamp() >= i.grace
+	   AND k.epoch >= i.epoch AND k.seq < 4294967295
+	RETURNING (k.epoch::bigint << 32) | k.seq, i.max_ttl, i.grace INTO v_token, v_max, v_grace;
+	IF FOUND THEN
+		v_now := clock_timestamp();
+		SELECT q.owner, q.ttl, coalesce(q.chan, {CHANNEL}) AS chan, q.durable < 0 OR q.ttl > q.durable AS sync INTO r
+		  FROM (SELECT e.owner, e.mode, e.hold_ttl, e.durable, e.chan,
+		               e.hold_ttl + least(greatest(e.hold_ttl / 20, 1000000), 50000000) AS ttl
+		          FROM {HOLDS} e WHERE e.name = p_name AND e.queued AND e.expires > v_now
+		         ORDER BY e.token LIMIT 1) q
+		 WHERE v_now >= v_grace AND q.mode = 1 AND q.hold_ttl IS NOT NULL AND q.durable IS NOT NULL
+		   AND (q.durable < 0 OR q.ttl > q.durable OR q.ttl <= v_max)
+		   AND EXISTS (SELECT 1 FROM {HOLDS} m
+		                WHERE m.name = p_name AND m.owner = p_owner AND NOT m.queued AND m.mode = 1 AND m.expires > v_now)
+		   AND NOT EXISTS (SELECT 1 FROM {HOLDS} x WHERE x.name = p_name AND x.expires <= v_now);
+		IF FOUND THEN
+			IF r.sync THEN
+				PERFORM set_config('synchronous_commit', 'on', true);
+			END IF;
+			WITH d AS (
+				DELETE FROM {HOLDS} e WHERE e.name = p_name AND e.owner = p_owner
+			)
+			UPDATE {HOLDS} e
+			   SET queued = false, token = v_token, ttl_ns = e.hold_ttl, hold_ttl = NULL, durable = NULL, sid = NULL,
+			       created = v_now, renewed = v_now, expires = v_now + ((r.ttl + 999) / 1000) * interval '1 microsecond'
+			 WHERE e.name = p_name AND e.owner = r.owner
+			-- As wake tells it.
+			RETURNING p_name || E'\n' || e.owner || ' ' || e.token || ' ' || floor(extract(epoch FROM e.created) * 1000000)::bigint
+			          || ' ' || floor(extract(epoch FROM e.expires) * 1000000)::bigint || ' ' || e.mode || ' ' || e.lim
+			INTO v_line;
+			PERFORM pg_notify(r.chan, v_line);
+			RETURN true;
+		END IF;
+		UPDATE {COUNTERS} k SET seq = k.seq - 1 WHERE k.name = p_name; -- the token back: nobody got it
+	END IF;
+	SELECT bool_or(l.o_held) INTO v_held FROM {RELEASE}(ARRAY[p_name], ARRAY[p_owner]) l;
+	RETURN v_held;
 END $$;
 
 -- purge deletes the expired holds and queue entries of every name and
