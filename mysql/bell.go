@@ -75,8 +75,7 @@ func (b *bells) full() bool { return b.max > 0 && len(b.where) >= b.max }
 type bellConn struct {
 	mu      sync.Mutex
 	conn    *sql.Conn
-	acquire map[string]*sql.Stmt // the acquire procedures, by SQL, prepared on conn
-	release *sql.Stmt            // the release procedure, prepared on conn
+	stmts   map[string]*sql.Stmt // the procedures' CALLs, by SQL, prepared on conn
 	pending []string             // guarded by bells.mu
 	n       int                  // bells held on conn, guarded by bells.mu
 }
@@ -186,14 +185,10 @@ func (b *bells) connect(ctx context.Context, bc *bellConn) error {
 // fail drops bc's connection after a failure: the server releases its
 // bells when it notices. bc is locked.
 func (b *bells) fail(bc *bellConn) {
-	if bc.release != nil {
-		bc.release.Close()
-		bc.release = nil
-	}
-	for _, st := range bc.acquire {
+	for _, st := range bc.stmts {
 		st.Close()
 	}
-	bc.acquire = nil
+	bc.stmts = nil
 	if bc.conn != nil {
 		discard(bc.conn)
 		bc.conn = nil
@@ -323,9 +318,9 @@ func (b *bells) drop(names ...string) {
 // ok is false if there is no such connection, or it is busy, or it holds
 // more than maxCallBells bells: the caller then calls the procedure on a
 // pool connection. Either way the caller drops the bells after (drop skips
-// those released here). keys builds the procedure's argument from the bell
-// to release for each key ("" for none).
-func (b *bells) releaseCall(ctx context.Context, names []string, prepare string, keys func(bells []string) string) (res string, ok bool, err error) {
+// those released here). args builds the procedure's arguments from the
+// bell to release for each key ("" for none).
+func (b *bells) releaseCall(ctx context.Context, names []string, prepare string, args func(bells []string) []any) (res string, ok bool, err error) {
 	b.mu.Lock()
 	var bc *bellConn
 	for _, n := range names {
@@ -347,18 +342,14 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 	}
 	b.mu.Unlock()
 	defer b.unlock(bc)
-	if bc.release == nil && bc.conn != nil {
-		st, err := bc.conn.PrepareContext(ctx, prepare)
-		if err != nil {
-			b.fail(bc)
-			return "", false, nil
-		}
-		bc.release = st
-	}
-	if bc.release == nil {
+	if bc.conn == nil {
 		return "", false, nil // the connection failed: its bells are gone
 	}
-	err = bc.release.QueryRowContext(ctx, keys(ring)).Scan(&res)
+	st, err := b.prepared(ctx, bc, prepare)
+	if err != nil {
+		return "", false, nil
+	}
+	err = st.QueryRowContext(ctx, args(ring)...).Scan(&res)
 	if err != nil {
 		var me *mysqldrv.MySQLError
 		if !errors.As(err, &me) {
@@ -380,6 +371,25 @@ func (b *bells) releaseCall(ctx context.Context, names []string, prepare string,
 	return res, true, err
 }
 
+// prepared returns the statement of the SQL prepare on bc's connection,
+// preparing it the first time. If that fails, the connection is dropped.
+// bc is locked and has a connection.
+func (b *bells) prepared(ctx context.Context, bc *bellConn, prepare string) (*sql.Stmt, error) {
+	if st := bc.stmts[prepare]; st != nil {
+		return st, nil
+	}
+	st, err := bc.conn.PrepareContext(ctx, prepare)
+	if err != nil {
+		b.fail(bc)
+		return nil, err
+	}
+	if bc.stmts == nil {
+		bc.stmts = map[string]*sql.Stmt{}
+	}
+	bc.stmts[prepare] = st
+	return st, nil
+}
+
 // acquireCall runs an acquire procedure (prepare is its CALL) on an idle
 // bell connection, so that the procedure takes the bell called name
 // itself, saving a round trip (see ddlTemplate). ok is false if no bell
@@ -397,17 +407,9 @@ func (b *bells) acquireCall(ctx context.Context, name, prepare string, call func
 	if err := b.connect(ctx, bc); err != nil {
 		return false, nil
 	}
-	st := bc.acquire[prepare]
-	if st == nil {
-		var err error
-		if st, err = bc.conn.PrepareContext(ctx, prepare); err != nil {
-			b.fail(bc)
-			return false, nil
-		}
-		if bc.acquire == nil {
-			bc.acquire = map[string]*sql.Stmt{}
-		}
-		bc.acquire[prepare] = st
+	st, err := b.prepared(ctx, bc, prepare)
+	if err != nil {
+		return false, nil
 	}
 	b.mu.Lock()
 	delete(b.lost, name)

@@ -35,8 +35,8 @@ func checkTable(table string) error {
 // are made of the validated table name only, so they need no quoting; they
 // are the only identifiers ever written into SQL text.
 type objects struct {
-	counters, holds, state, epochs, long, meta, stripes, sessions                                      string
-	acquire, grant, take, renew, release, purge, bind, txrow, reclaim, keep, incarnate, raise, session string
+	counters, holds, state, epochs, long, meta, stripes, sessions                                                string
+	acquire, grant, take, renew, release, release1, purge, bind, txrow, reclaim, keep, incarnate, raise, session string
 }
 
 func newObjects(table string) objects {
@@ -58,6 +58,7 @@ func newObjects(table string) objects {
 		acquire:   table + "_acquire",
 		renew:     table + "_renew",
 		release:   table + "_release",
+		release1:  table + "_release_one",
 		purge:     table + "_purge",
 		bind:      table + "_bind",
 		txrow:     table + "_txrow",
@@ -66,7 +67,7 @@ func newObjects(table string) objects {
 }
 
 func (o objects) procedures() []string {
-	return []string{o.acquire, o.grant, o.take, o.renew, o.release, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise, o.session}
+	return []string{o.acquire, o.grant, o.take, o.renew, o.release, o.release1, o.purge, o.bind, o.txrow, o.reclaim, o.keep, o.incarnate, o.raise, o.session}
 }
 
 func (o objects) tables() []string {
@@ -136,6 +137,7 @@ func (o objects) statements(durable bool) []string {
 		"{ACQUIRE}", o.acquire,
 		"{RENEW}", o.renew,
 		"{RELEASE}", o.release,
+		"{RELEASE1}", o.release1,
 		"{PURGE}", o.purge,
 		"{BIND}", o.bind,
 		"{TXROW}", o.txrow,
@@ -162,7 +164,7 @@ func (o objects) statements(durable bool) []string {
 
 // DDL returns the SQL script that creates the lock table a Store with opts
 // uses (Options.Table, DefaultTable if empty) in the current database: eight
-// tables and twelve stored procedures, for a fast table or, with
+// tables and fourteen stored procedures, for a fast table or, with
 // opts.Durable, a durable one (use Durable on MySQL with
 // enforce_gtid_consistency). It is written for the mysql and mariadb
 // command-line clients (it uses their DELIMITER command), e.g.

@@ -35,7 +35,10 @@ import (
 //     releases, as on a Store's bell connection;
 //   - store-plain-release: T_grant with a bell, then a prepared DELETE of
 //     the hold and a DO RELEASE_LOCK of the bell in place of T_release
-//     (two round trips instead of one CALL).
+//     (two round trips instead of one CALL);
+//   - store-take: T_take and T_release, with a bell;
+//   - store-route: T_take and T_release_one, with a bell: the calls a
+//     Store makes for an uncontended exclusive acquire and its release.
 //
 // BENCHMARKS.md quotes it.
 func BenchmarkServerFloor(b *testing.B) {
@@ -217,6 +220,16 @@ func BenchmarkServerFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer grant.Close()
+			take, err := conn.PrepareContext(ctx, "CALL "+tb+"_take(?, ?, 1, 0, 15000000000, 0, 0, 'h', NULL, 0, ?, '')")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer take.Close()
+			releaseOne, err := conn.PrepareContext(ctx, "CALL "+tb+"_release_one(?, ?, ?, 0)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer releaseOne.Close()
 			release, err := conn.PrepareContext(ctx, "CALL "+tb+"_release(?)")
 			if err != nil {
 				b.Fatal(err)
@@ -232,7 +245,7 @@ func BenchmarkServerFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ring.Close()
-			for _, sub := range []string{"store-procs", "store-bell", "store-plain-release"} {
+			for _, sub := range []string{"store-procs", "store-bell", "store-plain-release", "store-take", "store-route"} {
 				bell := ""
 				if sub != "store-procs" {
 					bell = "baton:floor"
@@ -243,10 +256,20 @@ func BenchmarkServerFloor(b *testing.B) {
 					var status, token, created, renewed, expires, after, bQueued, bToken, flags int64
 					var bOwner []byte
 					var out string
+					acquire := grant
+					if sub == "store-take" || sub == "store-route" {
+						acquire = take
+					}
 					for b.Loop() {
-						err := grant.QueryRowContext(ctx, name, owner, bell).Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
+						err := acquire.QueryRowContext(ctx, name, owner, bell).Scan(&status, &token, &created, &renewed, &expires, &after, &bOwner, &bQueued, &bToken, &flags)
 						if err != nil || status != 0 || (bell != "") != (flags&1 == 1) {
 							b.Fatal(err, status, flags)
+						}
+						if sub == "store-route" {
+							if err := releaseOne.QueryRowContext(ctx, name, owner, bell).Scan(&out); err != nil || out != "1,1;" {
+								b.Fatal(err, out)
+							}
+							continue
 						}
 						if sub != "store-plain-release" {
 							if err := release.QueryRowContext(ctx, keys).Scan(&out); err != nil || out != "1,1;" {

@@ -52,6 +52,20 @@ func stillQueued(t *testing.T, ctx context.Context, s driver.Store, n string) {
 	}
 }
 
+// notHanded checks that b does not hold n.
+func notHanded(t *testing.T, ctx context.Context, s driver.Store, n string) {
+	t.Helper()
+	hs, err := s.List(ctx, &driver.Filter{Name: n, Queued: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if !h.Queued {
+			t.Fatalf("after a's release: %+v, want no hold", hs)
+		}
+	}
+}
+
 // handOff checks a hand-off on table tb between two Stores: b's request,
 // queued behind a's hold, holds the name once a releases it, with a new
 // token, before b asks again; and b's next ask (as a woken waiter's)
@@ -179,31 +193,36 @@ func TestHandOffWaitsForInLockedTx(t *testing.T) {
 
 // TestHandOffConditions: a release hands nothing over where T_grant would
 // grant nothing: during a grace period, without room in the name's
-// counter, or for a TTL the grace period does not cover (the queued
+// counter, for a TTL the grace period does not cover, or on a marker of
+// another server, whose incarnation has not started here (the queued
 // request's owner is woken and asks). Each is set up by writing T_state's
-// marker or counter the way an incarnation, an epoch nearly used up or a
-// lower max_ttl would leave them.
+// marker or counter the way an incarnation, an epoch nearly used up, a
+// lower max_ttl or a failover would leave them.
 func TestHandOffConditions(t *testing.T) {
 	drivertest.EachServer(t, serversEnv, func(t *testing.T, _ drivertest.Server) {
 		for _, c := range []struct {
 			name       string
 			set, unset func(db *sql.DB, tb, n string) string
+			mayDrop    bool // b's entry may be gone (a new incarnation)
 		}{
 			{"grace", func(_ *sql.DB, tb, _ string) string {
 				return "UPDATE " + tb + "_state SET grace = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE name = ''"
 			}, func(_ *sql.DB, tb, _ string) string {
 				return "UPDATE " + tb + "_state SET grace = UTC_TIMESTAMP(6) WHERE name = ''"
-			}},
+			}, false},
 			{"room", func(db *sql.DB, tb, n string) string {
 				var epoch int64
 				if err := db.QueryRow("SELECT epoch FROM " + tb + "_state WHERE name = ''").Scan(&epoch); err != nil {
 					t.Fatal(err)
 				}
 				return fmt.Sprintf("UPDATE %s_state SET seq = %d WHERE name = 0x%x", tb, (epoch+1)<<32-1, n)
-			}, nil},
+			}, nil, false},
 			{"max_ttl", func(_ *sql.DB, tb, _ string) string {
 				return "UPDATE " + tb + "_state SET max_ttl = 1000000000 WHERE name = ''"
-			}, nil},
+			}, nil, false},
+			{"server", func(_ *sql.DB, tb, _ string) string {
+				return "UPDATE " + tb + "_state SET server = UNHEX(SHA1('another server')) WHERE name = ''"
+			}, nil, true},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				ctx := ctxFor(t, 30*time.Second)
@@ -219,7 +238,11 @@ func TestHandOffConditions(t *testing.T) {
 					t.Fatalf("%s: %d rows", q, k)
 				}
 				releaseA(t, ctx, s, n)
-				stillQueued(t, ctx, s, n)
+				if c.mayDrop {
+					notHanded(t, ctx, s, n)
+				} else {
+					stillQueued(t, ctx, s, n)
+				}
 				if c.unset != nil {
 					if _, err := db.ExecContext(ctx, c.unset(db, tb, n)); err != nil {
 						t.Fatal(err)
