@@ -1145,6 +1145,10 @@ func TestHandOffToItsStoreOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := lockBehind(ctx, t, a, waiter, n)
+		// The waiter's queued before its Store listens: a release in
+		// between is found by the waiter's look once it listens, not
+		// heard.
+		drivertest.Eventually(t, 10*time.Second, "a's listener", func() bool { return postgres.Listens(a) >= 1 })
 		if ok, err := a.Release(ctx, []driver.Key{{Name: n, Owner: "h"}}); err != nil || !ok[0] {
 			t.Fatalf("Release = %v, %v", ok, err)
 		}
