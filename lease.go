@@ -104,8 +104,16 @@ func (c *Client) newLease(req *driver.Request, g *driver.Grant, sent time.Time, 
 
 // setDeadline moves the lease's deadline to d, or up to a thousandth of
 // its TTL earlier, and the lease to the timer of that time (see expiry).
-// l.mu is held.
+// A lease kept alive in a session that knows its deadline needs no timer:
+// it is not due before the session's deadline (deadlineLocked), and the
+// session ends by then, ending the lease (watchSession). A timer per lease
+// would wake a client holding many locks once per batch of grants, only
+// to find each lease still held. l.mu is held.
 func (l *Lease) setDeadline(d time.Time) {
+	if _, ok := l.session.(driver.SessionDeadline); ok && l.keepAlive {
+		l.deadline = d
+		return
+	}
 	l.deadline = l.c.expireAt(l, d, l.ttl/1000)
 }
 

@@ -3,6 +3,7 @@ package baton_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -151,6 +152,52 @@ func TestLeaseInStoreSession(t *testing.T) {
 		}
 		if _, err := c.ReleaseOwner(ctx, req.Owner); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Leases kept alive in a session set no timer each: the session's end
+// ends them. A client holding many locks is then not woken once per batch
+// of grants a TTL after it, only to find each lease still held.
+func TestLeasesInSessionSetNoTimers(t *testing.T) {
+	ctx := context.Background()
+	const ttl = time.Minute
+	k := baton.NewFakeClock()
+	st := &sessionStore{recorder: newRecorder(k.Now), s: &fakeSession{deadline: k.Now().Add(3 * ttl), done: make(chan struct{})}}
+	c, err := baton.NewWithClock(st, &baton.Options{TTL: ttl}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "first", nil); err != nil { // held alone: no session
+		t.Fatal(err)
+	}
+	k.Settle()
+	before := k.Pending()
+	var ls []*baton.Lease
+	for i := range 100 {
+		l, err := c.TryLock(ctx, fmt.Sprint("s", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		k.Advance(ttl / 100) // each lease's deadline apart from the others'
+	}
+	if n := k.Pending() - before; n > 0 {
+		t.Errorf("100 leases in a session set %d timers, want none", n)
+	}
+	k.Advance(ttl / 2) // past the first ones' own TTL, within the session's
+	for _, l := range ls {
+		if err := l.Err(); err != nil {
+			t.Fatalf("%s: %v", l.Name(), err)
+		}
+	}
+	close(st.s.done)
+	for _, l := range ls {
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the session ended, the lease did not", l.Name())
 		}
 	}
 }

@@ -185,7 +185,7 @@ func (k *Keeper) start(ttl time.Duration) {
 // keep renews x every third of its TTL until xctx ends (the Keeper
 // closes, or Stop) or x ends: when the store finds it expired, or when no
 // renewal succeeds before its deadline. A failed renewal is retried every
-// tenth of the TTL, at most every second.
+// tenth of the TTL, at most every second, and at the deadline.
 func (k *Keeper) keep(xctx context.Context, x *Session, sent time.Time) {
 	next := sent.Add(x.ttl / 3)
 	for {
@@ -209,7 +209,12 @@ func (k *Keeper) keep(xctx context.Context, x *Session, sent time.Time) {
 		case !time.Now().Before(deadline):
 			err = fmt.Errorf("%w: not renewed before its deadline: %w", ErrEnded, err)
 		default:
+			// A store that fails fast ends the session at its deadline,
+			// not up to a retry later.
 			next = time.Now().Add(min(x.ttl/10, time.Second))
+			if next.After(deadline) {
+				next = deadline
+			}
 			continue
 		}
 		k.drop(x, err)

@@ -177,6 +177,32 @@ func TestKeeperLost(t *testing.T) {
 	}
 }
 
+// TestKeeperEndsAtDeadline: a session whose store fails fast ends at its
+// deadline, not at the first retry after it: at this TTL retries are a
+// second apart, and the one after the deadline would come some 430ms past
+// it, past the store's expiry (a hundredth of the TTL after the deadline).
+func TestKeeperEndsAtDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a TTL of 10s")
+	}
+	defer goleak.VerifyNone(t)
+	f := &fake{}
+	k := New(f)
+	defer k.Close()
+	ttl := 10 * time.Second
+	x := waitSession(t, k, ttl)
+	f.set(func(f *fake) { f.fail = errors.New("down") })
+	deadline := x.Deadline()
+	select {
+	case <-x.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the session did not end")
+	}
+	if late := time.Since(deadline); late > 200*time.Millisecond {
+		t.Errorf("the session ended %v past its deadline", late)
+	}
+}
+
 // TestKeeperStop: Stop waits for a renewal in flight, and then neither
 // renews the session nor deletes its record, even when that renewal
 // found it ended (as it does once its client's release has begun); the
