@@ -54,6 +54,20 @@ func (st *sessionStore) Acquire(ctx context.Context, req *driver.Request) (*driv
 	return g, err
 }
 
+// sessionClient returns a client of TTL ttl on a fake clock, whose store
+// binds the holds it keeps alive to one session, live for 3*ttl.
+func sessionClient(t *testing.T, ttl time.Duration) (*baton.Client, *sessionStore, *baton.FakeClock) {
+	t.Helper()
+	k := baton.NewFakeClock()
+	st := &sessionStore{recorder: newRecorder(k.Now), s: &fakeSession{deadline: k.Now().Add(3 * ttl), done: make(chan struct{})}}
+	c, err := baton.NewWithClock(st, &baton.Options{TTL: ttl}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, st, k
+}
+
 // A lease whose hold a store keeps in its session lasts as long as the
 // session, past its own TTL, without a renewal of its own; its deadline
 // is the later of the two; it ends when the session does. Leases that
@@ -63,13 +77,7 @@ func (st *sessionStore) Acquire(ctx context.Context, req *driver.Request) (*driv
 func TestLeaseInStoreSession(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Minute
-	k := baton.NewFakeClock()
-	st := &sessionStore{recorder: newRecorder(k.Now), s: &fakeSession{deadline: k.Now().Add(3 * ttl), done: make(chan struct{})}}
-	c, err := baton.NewWithClock(st, &baton.Options{TTL: ttl}, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, st, k := sessionClient(t, ttl)
 	// A client that holds one lock at a time keeps it alive on its own.
 	first, err := c.TryLock(ctx, "first", nil)
 	if err != nil {
@@ -162,13 +170,7 @@ func TestLeaseInStoreSession(t *testing.T) {
 func TestLeasesInSessionSetNoTimers(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Minute
-	k := baton.NewFakeClock()
-	st := &sessionStore{recorder: newRecorder(k.Now), s: &fakeSession{deadline: k.Now().Add(3 * ttl), done: make(chan struct{})}}
-	c, err := baton.NewWithClock(st, &baton.Options{TTL: ttl}, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, st, k := sessionClient(t, ttl)
 	if _, err := c.TryLock(ctx, "first", nil); err != nil { // held alone: no session
 		t.Fatal(err)
 	}
